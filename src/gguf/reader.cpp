@@ -1,0 +1,496 @@
+// GGUF reader: parsing and validation. See include/bonsai/gguf.h for the format.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "bonsai/error.h"
+#include "bonsai/gguf.h"
+#include "mapped_file.h"
+
+namespace bonsai {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+constexpr uint32_t kMaxDims = 4;
+constexpr int kMaxArrayDepth = 8;
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    unsigned c = p[i];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (i + n >= s.size()) return false;  // continuation bytes run past the end
+    for (size_t k = 1; k <= n; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// Bounds-checked little-endian reader over the mapping.
+class Cursor {
+ public:
+  Cursor(const uint8_t* base, uint64_t size, const std::string& path) : base_(base), size_(size), path_(path) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_ - pos_; }
+
+  void need(uint64_t n, std::string_view what) const {
+    if (n > remaining())
+      fail("{}: truncated while reading {} (need {} bytes at offset {}, file has {})", path_, what, n, pos_,
+           size_);
+  }
+  template <typename T>
+  T read(std::string_view what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string_view read_string(std::string_view what) {
+    uint64_t n = read<uint64_t>(what);
+    need(n, what);
+    std::string_view s(reinterpret_cast<const char*>(base_ + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  const uint8_t* take(uint64_t n, std::string_view what) {
+    need(n, what);
+    const uint8_t* p = base_ + pos_;
+    pos_ += n;
+    return p;
+  }
+
+ private:
+  const uint8_t* base_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  const std::string& path_;
+};
+
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+GgufValue read_value(Cursor& c, GgufType type, const std::string& path, const std::string& key, int depth) {
+  GgufValue v;
+  v.type = type;
+  switch (type) {
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL: {
+      uint8_t b = c.read<uint8_t>(key);
+      if (type == GgufType::BOOL && b > 1) fail("{}: key '{}': bool value {} is not 0 or 1", path, key, b);
+      v.bits = b;
+      break;
+    }
+    case GgufType::U16:
+    case GgufType::I16: v.bits = c.read<uint16_t>(key); break;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32: v.bits = c.read<uint32_t>(key); break;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64: v.bits = c.read<uint64_t>(key); break;
+    case GgufType::STRING: v.str = c.read_string(key); break;
+    case GgufType::ARRAY: {
+      if (depth >= kMaxArrayDepth) fail("{}: key '{}': arrays nested deeper than {}", path, key, kMaxArrayDepth);
+      uint32_t et = c.read<uint32_t>(key);
+      if (et > static_cast<uint32_t>(GgufType::F64))
+        fail("{}: key '{}': unknown array element type {}", path, key, et);
+      v.elem_type = static_cast<GgufType>(et);
+      v.count = c.read<uint64_t>(key);
+      size_t es = gguf_scalar_size(v.elem_type);
+      if (es > 0) {
+        uint64_t bytes;
+        if (mul_overflows(v.count, es, &bytes) || bytes > c.remaining())
+          fail("{}: key '{}': array of {} x {} does not fit in the file", path, key, v.count,
+               gguf_type_name(v.elem_type));
+        v.elems = c.take(bytes, key);
+        if (v.elem_type == GgufType::BOOL)
+          for (uint64_t i = 0; i < v.count; ++i)
+            if (v.elems[i] > 1) fail("{}: key '{}': bool element {} is not 0 or 1", path, key, i);
+      } else if (v.elem_type == GgufType::STRING) {
+        if (v.count > c.remaining() / 8)
+          fail("{}: key '{}': array of {} strings does not fit in the file", path, key, v.count);
+        v.strings.reserve(v.count);
+        for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.read_string(key));
+      } else {
+        if (v.count > c.remaining() / 12)
+          fail("{}: key '{}': array of {} arrays does not fit in the file", path, key, v.count);
+        v.nested.reserve(v.count);
+        for (uint64_t i = 0; i < v.count; ++i) v.nested.push_back(read_value(c, GgufType::ARRAY, path, key, depth + 1));
+      }
+      break;
+    }
+    default: fail("{}: key '{}': unknown value type {}", path, key, static_cast<uint32_t>(type));
+  }
+  return v;
+}
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+std::string_view gguf_type_name(GgufType t) {
+  switch (t) {
+    case GgufType::U8: return "u8";
+    case GgufType::I8: return "i8";
+    case GgufType::U16: return "u16";
+    case GgufType::I16: return "i16";
+    case GgufType::U32: return "u32";
+    case GgufType::I32: return "i32";
+    case GgufType::F32: return "f32";
+    case GgufType::BOOL: return "bool";
+    case GgufType::STRING: return "string";
+    case GgufType::ARRAY: return "array";
+    case GgufType::U64: return "u64";
+    case GgufType::I64: return "i64";
+    case GgufType::F64: return "f64";
+  }
+  return "?";
+}
+
+size_t gguf_scalar_size(GgufType t) {
+  switch (t) {
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL: return 1;
+    case GgufType::U16:
+    case GgufType::I16: return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32: return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64: return 8;
+    default: return 0;
+  }
+}
+
+namespace {
+bool type_is_integer(GgufType t) {
+  switch (t) {
+    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16: case GgufType::U32:
+    case GgufType::I32: case GgufType::U64: case GgufType::I64: return true;
+    default: return false;
+  }
+}
+bool type_is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
+
+int64_t scalar_i64(GgufType t, uint64_t bits) {
+  switch (t) {
+    case GgufType::I8: return static_cast<int8_t>(bits);
+    case GgufType::I16: return static_cast<int16_t>(bits);
+    case GgufType::I32: return static_cast<int32_t>(bits);
+    case GgufType::I64: return static_cast<int64_t>(bits);
+    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return static_cast<int64_t>(f); }
+    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return static_cast<int64_t>(d); }
+    default: return static_cast<int64_t>(bits);
+  }
+}
+double scalar_f64(GgufType t, uint64_t bits) {
+  switch (t) {
+    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return f; }
+    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return d; }
+    case GgufType::U64: return static_cast<double>(bits);
+    default: return static_cast<double>(scalar_i64(t, bits));
+  }
+}
+uint64_t elem_bits(const GgufValue& v, uint64_t i) {
+  switch (gguf_scalar_size(v.elem_type)) {
+    case 1: return v.elems[i];
+    case 2: return load<uint16_t>(v.elems + 2 * i);
+    case 4: return load<uint32_t>(v.elems + 4 * i);
+    case 8: return load<uint64_t>(v.elems + 8 * i);
+    default: return 0;
+  }
+}
+}  // namespace
+
+bool GgufValue::is_integer() const { return type_is_integer(type) || type == GgufType::BOOL; }
+bool GgufValue::is_float() const { return type_is_float(type); }
+int64_t GgufValue::as_i64() const { return scalar_i64(type, bits); }
+uint64_t GgufValue::as_u64() const { return bits; }
+double GgufValue::as_f64() const { return scalar_f64(type, bits); }
+double GgufValue::elem_f64(uint64_t i) const { return scalar_f64(elem_type, elem_bits(*this, i)); }
+int64_t GgufValue::elem_i64(uint64_t i) const { return scalar_i64(elem_type, elem_bits(*this, i)); }
+
+std::string GgufValue::summary(size_t max_items) const {
+  auto scalar = [](GgufType t, uint64_t b) -> std::string {
+    if (t == GgufType::BOOL) return b ? "true" : "false";
+    if (type_is_float(t)) return fmt::format("{:g}", scalar_f64(t, b));
+    if (t == GgufType::U64) return fmt::format("{}", b);
+    return fmt::format("{}", scalar_i64(t, b));
+  };
+  auto quote = [](std::string_view s, size_t max_len) {
+    std::string out = "\"";
+    for (size_t i = 0; i < s.size() && i < max_len; ++i) {
+      char ch = s[i];
+      if (ch == '\n') out += "\\n";
+      else if (ch == '"') out += "\\\"";
+      else if (static_cast<unsigned char>(ch) < 0x20) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+      else out += ch;
+    }
+    if (s.size() > max_len) out += fmt::format("...\" ({} bytes)", s.size());
+    else out += "\"";
+    return out;
+  };
+  if (type == GgufType::STRING) return quote(str, 60);
+  if (type != GgufType::ARRAY) return scalar(type, bits);
+  std::string out = fmt::format("[{} x {}: ", gguf_type_name(elem_type), count);
+  for (uint64_t i = 0; i < count && i < max_items; ++i) {
+    if (i) out += ", ";
+    if (elem_type == GgufType::STRING) out += quote(strings[i], 24);
+    else if (elem_type == GgufType::ARRAY) out += nested[i].summary(3);
+    else out += scalar(elem_type, elem_bits(*this, i));
+  }
+  if (count > max_items) out += ", ...";
+  return out + "]";
+}
+
+std::string GgufTensor::shape_str() const {
+  std::string s = "{";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "}";
+}
+
+GgufFile::GgufFile(GgufFile&&) noexcept = default;
+GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
+GgufFile::~GgufFile() = default;
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile f;
+  f.path_ = path;
+  f.map_ = std::make_unique<MappedFile>(path);
+  f.base_ = f.map_->data();
+  f.size_ = f.map_->size();
+  f.parse();
+  return f;
+}
+
+GgufFile GgufFile::from_memory(const uint8_t* data, size_t size, const std::string& name) {
+  GgufFile f;
+  f.path_ = name;
+  f.base_ = data;
+  f.size_ = size;
+  f.parse();
+  return f;
+}
+
+void GgufFile::parse() {
+  const std::string& path = path_;
+  Cursor c(base_, size_, path);
+  uint32_t magic = c.read<uint32_t>("magic");
+  if (magic != kMagic) fail("{}: not a GGUF file (magic 0x{:08x}, expected 0x{:08x} \"GGUF\")", path, magic, kMagic);
+  version_ = c.read<uint32_t>("version");
+  if (version_ != 2 && version_ != 3) fail("{}: unsupported GGUF version {} (supported: 2, 3)", path, version_);
+  uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  uint64_t n_kv = c.read<uint64_t>("metadata count");
+  // Each kv needs >= 8 (key len) + 4 (type) + 1 bytes, each tensor info >= 8 + 4 + 4 + 8.
+  if (n_kv > c.remaining() / 13) fail("{}: metadata count {} cannot fit in a {}-byte file", path, n_kv, size_);
+  if (n_tensors > c.remaining() / 24)
+    fail("{}: tensor count {} cannot fit in a {}-byte file", path, n_tensors, size_);
+
+  kv_.reserve(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string_view key = c.read_string(fmt::format("key #{}", i));
+    if (key.empty()) fail("{}: metadata key #{} is empty", path, i);
+    if (!valid_utf8(key)) fail("{}: metadata key #{} is not valid UTF-8", path, i);
+    std::string k(key);
+    if (kv_index_.count(k)) fail("{}: duplicate metadata key '{}'", path, k);
+    uint32_t t = c.read<uint32_t>(k);
+    if (t > static_cast<uint32_t>(GgufType::F64)) fail("{}: key '{}': unknown value type {}", path, k, t);
+    GgufValue v = read_value(c, static_cast<GgufType>(t), path, k, 0);
+    kv_index_.emplace(k, kv_.size());
+    kv_.emplace_back(std::move(k), std::move(v));
+  }
+
+  if (const GgufValue* a = find("general.alignment")) {
+    if (!a->is_integer() || a->type == GgufType::BOOL)
+      fail("{}: key 'general.alignment' has type {}, expected an integer", path, gguf_type_name(a->type));
+    int64_t al = a->as_i64();
+    if (al <= 0 || al > (1 << 30) || (al & (al - 1)) != 0)
+      fail("{}: key 'general.alignment' = {} is not a power of two in [1, 2^30]", path, al);
+    alignment_ = static_cast<uint64_t>(al);
+  }
+
+  tensors_.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensor t;
+    std::string_view name = c.read_string(fmt::format("tensor #{} name", i));
+    if (name.empty()) fail("{}: tensor #{} has an empty name", path, i);
+    if (!valid_utf8(name)) fail("{}: tensor #{} name is not valid UTF-8", path, i);
+    t.name = std::string(name);
+    if (tensor_index_.count(t.name)) fail("{}: duplicate tensor name '{}'", path, t.name);
+    uint32_t nd = c.read<uint32_t>(t.name);
+    if (nd == 0 || nd > kMaxDims) fail("{}: tensor '{}': {} dimensions (allowed 1..{})", path, t.name, nd, kMaxDims);
+    t.ne.resize(nd);
+    uint64_t nel = 1;
+    for (uint32_t d = 0; d < nd; ++d) {
+      t.ne[d] = c.read<uint64_t>(t.name);
+      if (t.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || mul_overflows(nel, t.ne[d], &nel) ||
+          nel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail("{}: tensor '{}': element count overflows (shape {})", path, t.name, t.shape_str());
+    }
+    t.nelements = nel;
+    t.ggml_type = c.read<uint32_t>(t.name);
+    t.offset = c.read<uint64_t>(t.name);
+    const TypeInfo* ti = type_info(t.ggml_type);
+    if (!ti) fail("{}: tensor '{}': unknown ggml type {}", path, t.name, t.ggml_type);
+    t.dtype = dtype_from_ggml(t.ggml_type);
+    if (t.ne[0] % ti->block_size != 0)
+      fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, t.name, t.ne[0], ti->name,
+           ti->block_size);
+    if (t.offset % alignment_ != 0)
+      fail("{}: tensor '{}': offset {} is not aligned to {}", path, t.name, t.offset, alignment_);
+    if (t.ggml_type != ggml_type::Q2_0) {
+      uint64_t bytes;
+      if (mul_overflows(nel / ti->block_size, ti->type_size, &bytes))
+        fail("{}: tensor '{}': byte size overflows", path, t.name);
+      t.nbytes = bytes;
+    }
+    tensor_index_.emplace(t.name, tensors_.size());
+    tensors_.push_back(std::move(t));
+  }
+
+  uint64_t header_end = c.pos();
+  uint64_t pad = (alignment_ - header_end % alignment_) % alignment_;
+  data_offset_ = header_end + pad;
+  if (n_tensors == 0) return;
+  if (data_offset_ > size_) fail("{}: truncated: data section would start at {} past the end ({})", path, data_offset_, size_);
+  const uint64_t data_size = size_ - data_offset_;
+
+  // Space each tensor occupies: up to the next higher offset or the end of data.
+  std::vector<size_t> order(tensors_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+  for (size_t k = 0; k < order.size(); ++k) {
+    GgufTensor& t = tensors_[order[k]];
+    if (t.offset > data_size)
+      fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, t.name, t.offset, data_size);
+    uint64_t limit = data_size;
+    for (size_t j = k + 1; j < order.size(); ++j)
+      if (tensors_[order[j]].offset > t.offset) { limit = tensors_[order[j]].offset; break; }
+    uint64_t avail = limit - t.offset;
+    if (t.ggml_type == ggml_type::Q2_0) {
+      // The type id is shared by two layouts; the bytes the tensor occupies decide.
+      uint64_t g128 = (t.ne[0] % 128 == 0) ? t.nelements / 128 * 34 : 0;
+      uint64_t g64 = t.nelements / 64 * 18;
+      auto fits = [&](uint64_t s) { return s > 0 && s <= avail && avail - s < alignment_; };
+      bool a = fits(g128), b = fits(g64);
+      if (a == b)
+        fail("{}: tensor '{}': Q2_0 layout is {}: {} bytes available, group-128 reading needs {}, group-64 reading "
+             "needs {}",
+             path, t.name, a ? "ambiguous" : "inconsistent", avail, g128, g64);
+      t.dtype = a ? DType::Q2_0_G128 : DType::Q2_0_G64;
+      t.nbytes = a ? g128 : g64;
+    }
+    if (t.nbytes > avail)
+      fail("{}: tensor '{}': {} bytes at offset {} overlap {} (only {} bytes available)", path, t.name, t.nbytes,
+           t.offset, limit == data_size ? std::string("the end of the file") : std::string("the next tensor"), avail);
+    t.data = base_ + data_offset_ + t.offset;
+  }
+}
+
+const GgufValue* GgufFile::find(std::string_view key) const {
+  auto it = kv_index_.find(std::string(key));
+  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+}
+
+const GgufValue& GgufFile::get(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (!v) fail("{}: missing metadata key '{}'", path_, key);
+  return *v;
+}
+
+int64_t GgufFile::get_i64(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (!type_is_integer(v.type)) fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+  if (v.type == GgufType::U64 && v.bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    fail("{}: key '{}' = {} is out of range", path_, key, v.bits);
+  return v.as_i64();
+}
+
+uint64_t GgufFile::get_u64(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (!type_is_integer(v.type)) fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+  if (v.type == GgufType::U64) return v.bits;
+  int64_t i = v.as_i64();
+  if (i < 0) fail("{}: key '{}' = {} must not be negative", path_, key, i);
+  return static_cast<uint64_t>(i);
+}
+
+uint32_t GgufFile::get_u32(std::string_view key) const {
+  uint64_t v = get_u64(key);
+  if (v > std::numeric_limits<uint32_t>::max()) fail("{}: key '{}' = {} does not fit in 32 bits", path_, key, v);
+  return static_cast<uint32_t>(v);
+}
+
+double GgufFile::get_f64(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (!type_is_integer(v.type) && !type_is_float(v.type))
+    fail("{}: key '{}' has type {}, expected a number", path_, key, gguf_type_name(v.type));
+  return v.as_f64();
+}
+
+bool GgufFile::get_bool(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (v.type != GgufType::BOOL) fail("{}: key '{}' has type {}, expected bool", path_, key, gguf_type_name(v.type));
+  return v.bits != 0;
+}
+
+std::string_view GgufFile::get_string(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (v.type != GgufType::STRING) fail("{}: key '{}' has type {}, expected string", path_, key, gguf_type_name(v.type));
+  return v.str;
+}
+
+const GgufValue& GgufFile::get_array(std::string_view key) const {
+  const GgufValue& v = get(key);
+  if (v.type != GgufType::ARRAY) fail("{}: key '{}' has type {}, expected an array", path_, key, gguf_type_name(v.type));
+  return v;
+}
+
+const GgufValue& GgufFile::get_array(std::string_view key, GgufType elem) const {
+  const GgufValue& v = get_array(key);
+  if (v.elem_type != elem)
+    fail("{}: key '{}' is an array of {}, expected an array of {}", path_, key, gguf_type_name(v.elem_type),
+         gguf_type_name(elem));
+  return v;
+}
+
+uint64_t GgufFile::get_u64_or(std::string_view key, uint64_t fallback) const { return has(key) ? get_u64(key) : fallback; }
+double GgufFile::get_f64_or(std::string_view key, double fallback) const { return has(key) ? get_f64(key) : fallback; }
+bool GgufFile::get_bool_or(std::string_view key, bool fallback) const { return has(key) ? get_bool(key) : fallback; }
+std::string_view GgufFile::get_string_or(std::string_view key, std::string_view fallback) const {
+  return has(key) ? get_string(key) : fallback;
+}
+
+const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
+  auto it = tensor_index_.find(std::string(name));
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const GgufTensor& GgufFile::tensor(std::string_view name) const {
+  const GgufTensor* t = find_tensor(name);
+  if (!t) fail("{}: missing tensor '{}'", path_, name);
+  return *t;
+}
+
+}  // namespace bonsai

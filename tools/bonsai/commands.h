@@ -1,0 +1,10 @@
+// One registration function per subcommand; each lives in cmd_<name>.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace bonsai::cli {
+
+void add_inspect(CLI::App& app);
+
+}  // namespace bonsai::cli
