@@ -1,0 +1,55 @@
+// A Session is one conversation's mutable state over a loaded Model: the KV
+// cache of the full-attention layers, the GatedDeltaNet conv and recurrent
+// states, and the position. decode() feeds one token and returns the logits
+// for the next one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bonsai/model.h"
+
+namespace bonsai {
+
+struct SessionOptions {
+  int n_ctx = 4096;           // context limit (positions); 0 = the model's trained context
+  std::string path = "ref";   // compute path: "ref" (scalar reference); fast paths add names
+  int n_threads = 0;          // 0 = physical cores
+  std::string dump_dir;       // when set, every named activation is written as raw f32 per position
+};
+
+// Opaque copy of a session's state (for /regen: restore and decode again).
+struct SessionSnapshot;
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& opts = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Feeds one token at the current position; returns the n_vocab logits for
+  // the next token (valid until the next call). Throws bonsai::Error when the
+  // context is full or the token id is out of range.
+  std::span<const float> decode(int32_t token);
+  // Feeds several tokens (the prompt); returns the logits after the last one.
+  std::span<const float> prefill(std::span<const int32_t> tokens);
+
+  void reset();
+  int position() const;
+  int n_ctx() const;
+  const Model& model() const;
+  uint64_t tokens_processed() const;  // counts every token ever fed (test hook: cache reuse)
+
+  std::unique_ptr<SessionSnapshot> snapshot() const;
+  void restore(const SessionSnapshot& s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bonsai
