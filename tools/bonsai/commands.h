@@ -6,5 +6,7 @@
 namespace bonsai::cli {
 
 void add_inspect(CLI::App& app);
+void add_synth(CLI::App& app);
+void add_gate(CLI::App& app);
 
 }  // namespace bonsai::cli

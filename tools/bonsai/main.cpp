@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "bonsai 0.1.0");
   bonsai::cli::add_inspect(app);
+  bonsai::cli::add_synth(app);
+  bonsai::cli::add_gate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,66 @@
+// The qwen35 forward pass, written once against the op-level Backend
+// interface. It reads top to bottom in the order of the architecture
+// (SPEC §4); every intermediate has a name (llama.cpp's graph names where one
+// exists) so a debug dump can be diffed against the reference.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bonsai/model.h"
+#include "kernels/backend.h"
+#include "model/weights.h"
+
+namespace bonsai {
+
+// Per-sequence state living in backend memory.
+struct GraphState {
+  int n_ctx = 0;
+  std::vector<float*> k_cache, v_cache;      // attention layers: [n_ctx][Hkv·D] (nullptr for GDN layers)
+  std::vector<float*> conv_state, ssm_state; // GDN layers: [(taps-1)][C] and [n_v][d_k][d_v]
+};
+
+class Graph {
+ public:
+  Graph(const Model& model, Backend& backend, int n_ctx);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Runs t tokens at positions pos0..pos0+t-1 and writes logits to host memory:
+  // all t rows ([t][n_vocab]) when all_logits, else only the last row.
+  void forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits);
+  void reset_state();
+  GraphState& state() { return state_; }
+  // Copies of the state for snapshot/restore (host memory).
+  std::vector<float> save_state(int n_pos) const;
+  void load_state(const std::vector<float>& s, int n_pos);
+
+  void set_dump_dir(std::string dir) { dump_dir_ = std::move(dir); }
+
+ private:
+  struct Scratch;
+  void ensure_scratch(int t);
+  void name(const char* what, int layer, const float* p, int64_t width, int t, int pos0);
+  void hadamard_site(const float* x, float* y, int64_t k, int t);
+  void gdn_layer(int il, int t, int pos0);
+  void attention_layer(int il, int t, int pos0);
+  void ffn(int il, int t, int pos0);
+
+  const Model& model_;
+  const ModelConfig& c_;
+  Backend& be_;
+  ModelWeights w_;  // copies of the bound weights (the backend may attach prepared data)
+  int64_t block_ = 0;  // Hadamard block (0: unrotated model)
+  bool permute_ssm_out_ = false;
+  std::vector<std::pair<int64_t, float*>> signs_;  // width -> backend buffer (nullptr: identity)
+  GraphState state_;
+  std::unique_ptr<Scratch> s_;
+  int capacity_ = 0;
+  std::string dump_dir_;
+};
+
+}  // namespace bonsai

@@ -1,0 +1,88 @@
+#include "bonsai/session.h"
+
+#include "bonsai/error.h"
+#include "model/graph.h"
+#include "session/backend_registry.h"
+
+namespace bonsai {
+
+struct SessionSnapshot {
+  int pos = 0;
+  std::vector<float> state;
+  std::vector<float> logits;
+};
+
+struct Session::Impl {
+  const Model& model;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Graph> graph;
+  int n_ctx = 0;
+  int pos = 0;
+  uint64_t processed = 0;
+  std::vector<float> logits;  // [n_vocab] after the last token
+
+  Impl(const Model& m, const SessionOptions& o) : model(m) {
+    const ModelConfig& c = m.config();
+    n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(c.n_ctx_train);
+    if (n_ctx <= 0) usage_fail("context size must be positive (got {})", n_ctx);
+    backend = create_backend(o.path, o.n_threads);
+    graph = std::make_unique<Graph>(m, *backend, n_ctx);
+    if (!o.dump_dir.empty()) graph->set_dump_dir(o.dump_dir);
+    logits.assign(c.n_vocab, 0.0f);
+  }
+
+  void check_token(int32_t tok) const {
+    if (tok < 0 || static_cast<uint32_t>(tok) >= model.config().n_vocab)
+      fail("token id {} is out of range [0, {})", tok, model.config().n_vocab);
+  }
+};
+
+Session::Session(const Model& model, const SessionOptions& opts) : impl_(std::make_unique<Impl>(model, opts)) {}
+Session::~Session() = default;
+
+std::span<const float> Session::decode(int32_t token) {
+  Impl& s = *impl_;
+  s.check_token(token);
+  if (s.pos >= s.n_ctx) fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
+  s.graph->forward(&token, 1, s.pos, s.logits.data(), false);
+  ++s.pos;
+  ++s.processed;
+  return s.logits;
+}
+
+std::span<const float> Session::prefill(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  if (tokens.empty()) return s.logits;
+  for (int32_t t : tokens) s.check_token(t);
+  if (s.pos + static_cast<int>(tokens.size()) > s.n_ctx)
+    fail("context full: {} prompt tokens at position {} exceed n_ctx = {}", tokens.size(), s.pos, s.n_ctx);
+  // Token by token for now; the batched prefill path replaces this loop.
+  for (int32_t t : tokens) decode(t);
+  return s.logits;
+}
+
+void Session::reset() {
+  impl_->graph->reset_state();
+  impl_->pos = 0;
+}
+
+int Session::position() const { return impl_->pos; }
+int Session::n_ctx() const { return impl_->n_ctx; }
+const Model& Session::model() const { return impl_->model; }
+uint64_t Session::tokens_processed() const { return impl_->processed; }
+
+std::unique_ptr<SessionSnapshot> Session::snapshot() const {
+  auto snap = std::make_unique<SessionSnapshot>();
+  snap->pos = impl_->pos;
+  snap->state = impl_->graph->save_state(impl_->pos);
+  snap->logits = impl_->logits;
+  return snap;
+}
+
+void Session::restore(const SessionSnapshot& snap) {
+  impl_->graph->load_state(snap.state, snap.pos);
+  impl_->pos = snap.pos;
+  impl_->logits = snap.logits;
+}
+
+}  // namespace bonsai
