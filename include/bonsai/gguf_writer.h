@@ -50,7 +50,9 @@ class GgufWriter {
   void add_array_raw(std::string key, GgufType elem, const void* data, uint64_t count);
   // Copy any parsed value (including nested arrays) verbatim.
   void add_value(std::string key, const GgufValue& v);
-  // Sets general.alignment (u32) and uses it for the data section.
+  // Sets general.alignment (u32) and uses it for the data section. Adding the
+  // key any other way (add_u64, add_value, ...) with a power-of-two value has
+  // the same effect on the data section.
   void set_alignment(uint32_t alignment);
 
   // Tensors, written in the order added. nbytes must equal what the producer
@@ -76,6 +78,7 @@ class GgufWriter {
     Producer producer;
   };
   void write_to(ByteSink& out, const std::function<void(size_t, size_t)>& progress) const;
+  void note_alignment(std::string_view key, uint64_t v);
 
   uint32_t version_;
   uint32_t alignment_ = 32;

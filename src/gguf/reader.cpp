@@ -1,5 +1,6 @@
 // GGUF reader: parsing and validation. See include/bonsai/gguf.h for the format.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -193,14 +194,25 @@ bool type_is_integer(GgufType t) {
 }
 bool type_is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
 
+// Float -> integer that is defined for every input (a plain cast of NaN or of
+// a value beyond +-2^63 is undefined behaviour): truncates toward zero,
+// saturates at the int64 range, NaN -> 0. Found by the fuzzer via elem_i64 on
+// an f64 array holding -1e270.
+int64_t float_to_i64(double d) {
+  if (std::isnan(d)) return 0;
+  if (d >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+  if (d < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(d);
+}
+
 int64_t scalar_i64(GgufType t, uint64_t bits) {
   switch (t) {
     case GgufType::I8: return static_cast<int8_t>(bits);
     case GgufType::I16: return static_cast<int16_t>(bits);
     case GgufType::I32: return static_cast<int32_t>(bits);
     case GgufType::I64: return static_cast<int64_t>(bits);
-    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return static_cast<int64_t>(f); }
-    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return static_cast<int64_t>(d); }
+    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return float_to_i64(f); }
+    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return float_to_i64(d); }
     default: return static_cast<int64_t>(bits);
   }
 }
@@ -354,9 +366,12 @@ void GgufFile::parse() {
     const TypeInfo* ti = type_info(t.ggml_type);
     if (!ti) fail("{}: tensor '{}': unknown ggml type {}", path, t.name, t.ggml_type);
     t.dtype = dtype_from_ggml(t.ggml_type);
-    if (t.ne[0] % ti->block_size != 0)
+    // Q2_0's table entry is the g128 geometry, but the g64 layout only needs
+    // ne[0] % 64; which one applies is decided below from the bytes.
+    const uint32_t block = t.ggml_type == ggml_type::Q2_0 ? 64 : ti->block_size;
+    if (t.ne[0] % block != 0)
       fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, t.name, t.ne[0], ti->name,
-           ti->block_size);
+           block);
     if (t.offset % alignment_ != 0)
       fail("{}: tensor '{}': offset {} is not aligned to {}", path, t.name, t.offset, alignment_);
     if (t.ggml_type != ggml_type::Q2_0) {
@@ -379,15 +394,23 @@ void GgufFile::parse() {
   // Space each tensor occupies: up to the next higher offset or the end of data.
   std::vector<size_t> order(tensors_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+  // Ties (two tensors at one offset) put empty tensors first: an empty tensor
+  // may share its offset with the next one, anything else sharing an offset
+  // gets 0 bytes of space and fails the overlap check below.
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const GgufTensor& x = tensors_[a];
+    const GgufTensor& y = tensors_[b];
+    if (x.offset != y.offset) return x.offset < y.offset;
+    if ((x.nelements == 0) != (y.nelements == 0)) return x.nelements == 0;
+    return a < b;
+  });
   for (size_t k = 0; k < order.size(); ++k) {
     GgufTensor& t = tensors_[order[k]];
     if (t.offset > data_size)
       fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, t.name, t.offset, data_size);
-    uint64_t limit = data_size;
-    for (size_t j = k + 1; j < order.size(); ++j)
-      if (tensors_[order[j]].offset > t.offset) { limit = tensors_[order[j]].offset; break; }
-    uint64_t avail = limit - t.offset;
+    const bool last = k + 1 == order.size();
+    const uint64_t limit = last ? data_size : tensors_[order[k + 1]].offset;
+    const uint64_t avail = limit - t.offset;
     if (t.ggml_type == ggml_type::Q2_0) {
       // The type id is shared by two layouts; the bytes the tensor occupies decide.
       uint64_t g128 = (t.ne[0] % 128 == 0) ? t.nelements / 128 * 34 : 0;
@@ -403,7 +426,8 @@ void GgufFile::parse() {
     }
     if (t.nbytes > avail)
       fail("{}: tensor '{}': {} bytes at offset {} overlap {} (only {} bytes available)", path, t.name, t.nbytes,
-           t.offset, limit == data_size ? std::string("the end of the file") : std::string("the next tensor"), avail);
+           t.offset, last ? std::string("the end of the file") : fmt::format("tensor '{}'", tensors_[order[k + 1]].name),
+           avail);
     t.data = base_ + data_offset_ + t.offset;
   }
 }

@@ -1,6 +1,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "bonsai/error.h"
 #include "bonsai/gguf_writer.h"
@@ -109,12 +111,25 @@ class VectorSink : public ByteSink {
 
 GgufWriter::GgufWriter(uint32_t version) : version_(version) {}
 
-#define BONSAI_SCALAR_ADDER(fn, T, tag)                        \
-  void GgufWriter::fn(std::string key, T v) {                  \
-    put_string(kv_bytes_, key);                                \
-    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag));      \
-    put<T>(kv_bytes_, v);                                      \
-    ++n_kv_;                                                   \
+// general.alignment decides where the data section and every tensor start, so
+// the writer follows it however the key is added (set_alignment, add_u32,
+// add_value when copying a parsed file). A value that is not a power of two is
+// still written as given — the hostile-file tests need such files — and the
+// data keeps the previous alignment; the reader refuses that file.
+void GgufWriter::note_alignment(std::string_view key, uint64_t v) {
+  if (key == "general.alignment" && v != 0 && (v & (v - 1)) == 0 && v <= (1u << 30))
+    alignment_ = static_cast<uint32_t>(v);
+}
+
+#define BONSAI_SCALAR_ADDER(fn, T, tag)                                                 \
+  void GgufWriter::fn(std::string key, T v) {                                           \
+    put_string(kv_bytes_, key);                                                         \
+    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag));                               \
+    put<T>(kv_bytes_, v);                                                               \
+    ++n_kv_;                                                                            \
+    if constexpr (std::is_integral_v<T>) {                                              \
+      if (std::cmp_greater_equal(v, 0)) note_alignment(key, static_cast<uint64_t>(v));  \
+    }                                                                                   \
   }
 BONSAI_SCALAR_ADDER(add_u8, uint8_t, GgufType::U8)
 BONSAI_SCALAR_ADDER(add_i8, int8_t, GgufType::I8)
@@ -174,12 +189,12 @@ void GgufWriter::add_value(std::string key, const GgufValue& v) {
   put_string(kv_bytes_, key);
   put_value(kv_bytes_, v, true);
   ++n_kv_;
+  if (v.is_integer() && v.type != GgufType::BOOL && v.as_i64() >= 0) note_alignment(key, v.as_u64());
 }
 
 void GgufWriter::set_alignment(uint32_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1))) fail("GgufWriter: alignment {} is not a power of two", alignment);
-  alignment_ = alignment;
-  add_u32("general.alignment", alignment);
+  add_u32("general.alignment", alignment);  // sets alignment_ (note_alignment)
 }
 
 void GgufWriter::add_tensor(std::string name, uint32_t ggml_type, std::vector<uint64_t> ne, uint64_t nbytes,
@@ -212,7 +227,10 @@ void GgufWriter::write_to(ByteSink& out, const std::function<void(size_t, size_t
     put<uint64_t>(head, offset);
     offset = align(offset + t.nbytes);
   }
-  if (!tensors_.empty()) head.resize(align(head.size()), 0);
+  // The header is padded to the alignment even when there are no tensors:
+  // gguf-py and ggml do so, and a tensor-less vocabulary file round-trips
+  // byte for byte only with it (tests/test_gguf_writer.cpp).
+  head.resize(align(head.size()), 0);
   out.write(head.data(), head.size());
   static const uint8_t zeros[256] = {};
   for (size_t i = 0; i < tensors_.size(); ++i) {
