@@ -22,11 +22,21 @@ bool valid_utf8(std::string_view s) {
     unsigned c = p[i];
     size_t n;
     uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else
+      return false;
     if (i + n >= s.size()) return false;  // continuation bytes run past the end
     for (size_t k = 1; k <= n; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) return false;
@@ -43,7 +53,8 @@ bool valid_utf8(std::string_view s) {
 // Bounds-checked little-endian reader over the mapping.
 class Cursor {
  public:
-  Cursor(const uint8_t* base, uint64_t size, const std::string& path) : base_(base), size_(size), path_(path) {}
+  Cursor(const uint8_t* base, uint64_t size, const std::string& path)
+      : base_(base), size_(size), path_(path) {}
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
@@ -96,16 +107,25 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& path, const st
       break;
     }
     case GgufType::U16:
-    case GgufType::I16: v.bits = c.read<uint16_t>(key); break;
+    case GgufType::I16:
+      v.bits = c.read<uint16_t>(key);
+      break;
     case GgufType::U32:
     case GgufType::I32:
-    case GgufType::F32: v.bits = c.read<uint32_t>(key); break;
+    case GgufType::F32:
+      v.bits = c.read<uint32_t>(key);
+      break;
     case GgufType::U64:
     case GgufType::I64:
-    case GgufType::F64: v.bits = c.read<uint64_t>(key); break;
-    case GgufType::STRING: v.str = c.read_string(key); break;
+    case GgufType::F64:
+      v.bits = c.read<uint64_t>(key);
+      break;
+    case GgufType::STRING:
+      v.str = c.read_string(key);
+      break;
     case GgufType::ARRAY: {
-      if (depth >= kMaxArrayDepth) fail("{}: key '{}': arrays nested deeper than {}", path, key, kMaxArrayDepth);
+      if (depth >= kMaxArrayDepth)
+        fail("{}: key '{}': arrays nested deeper than {}", path, key, kMaxArrayDepth);
       uint32_t et = c.read<uint32_t>(key);
       if (et > static_cast<uint32_t>(GgufType::F64))
         fail("{}: key '{}': unknown array element type {}", path, key, et);
@@ -130,11 +150,13 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& path, const st
         if (v.count > c.remaining() / 12)
           fail("{}: key '{}': array of {} arrays does not fit in the file", path, key, v.count);
         v.nested.reserve(v.count);
-        for (uint64_t i = 0; i < v.count; ++i) v.nested.push_back(read_value(c, GgufType::ARRAY, path, key, depth + 1));
+        for (uint64_t i = 0; i < v.count; ++i)
+          v.nested.push_back(read_value(c, GgufType::ARRAY, path, key, depth + 1));
       }
       break;
     }
-    default: fail("{}: key '{}': unknown value type {}", path, key, static_cast<uint32_t>(type));
+    default:
+      fail("{}: key '{}': unknown value type {}", path, key, static_cast<uint32_t>(type));
   }
   return v;
 }
@@ -150,19 +172,32 @@ T load(const uint8_t* p) {
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+    case GgufType::U8:
+      return "u8";
+    case GgufType::I8:
+      return "i8";
+    case GgufType::U16:
+      return "u16";
+    case GgufType::I16:
+      return "i16";
+    case GgufType::U32:
+      return "u32";
+    case GgufType::I32:
+      return "i32";
+    case GgufType::F32:
+      return "f32";
+    case GgufType::BOOL:
+      return "bool";
+    case GgufType::STRING:
+      return "string";
+    case GgufType::ARRAY:
+      return "array";
+    case GgufType::U64:
+      return "u64";
+    case GgufType::I64:
+      return "i64";
+    case GgufType::F64:
+      return "f64";
   }
   return "?";
 }
@@ -171,25 +206,38 @@ size_t gguf_scalar_size(GgufType t) {
   switch (t) {
     case GgufType::U8:
     case GgufType::I8:
-    case GgufType::BOOL: return 1;
+    case GgufType::BOOL:
+      return 1;
     case GgufType::U16:
-    case GgufType::I16: return 2;
+    case GgufType::I16:
+      return 2;
     case GgufType::U32:
     case GgufType::I32:
-    case GgufType::F32: return 4;
+    case GgufType::F32:
+      return 4;
     case GgufType::U64:
     case GgufType::I64:
-    case GgufType::F64: return 8;
-    default: return 0;
+    case GgufType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 namespace {
 bool type_is_integer(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16: case GgufType::U32:
-    case GgufType::I32: case GgufType::U64: case GgufType::I64: return true;
-    default: return false;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::U16:
+    case GgufType::I16:
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::U64:
+    case GgufType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 bool type_is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
@@ -207,30 +255,60 @@ int64_t float_to_i64(double d) {
 
 int64_t scalar_i64(GgufType t, uint64_t bits) {
   switch (t) {
-    case GgufType::I8: return static_cast<int8_t>(bits);
-    case GgufType::I16: return static_cast<int16_t>(bits);
-    case GgufType::I32: return static_cast<int32_t>(bits);
-    case GgufType::I64: return static_cast<int64_t>(bits);
-    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return float_to_i64(f); }
-    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return float_to_i64(d); }
-    default: return static_cast<int64_t>(bits);
+    case GgufType::I8:
+      return static_cast<int8_t>(bits);
+    case GgufType::I16:
+      return static_cast<int16_t>(bits);
+    case GgufType::I32:
+      return static_cast<int32_t>(bits);
+    case GgufType::I64:
+      return static_cast<int64_t>(bits);
+    case GgufType::F32: {
+      float f;
+      uint32_t b = static_cast<uint32_t>(bits);
+      std::memcpy(&f, &b, 4);
+      return float_to_i64(f);
+    }
+    case GgufType::F64: {
+      double d;
+      std::memcpy(&d, &bits, 8);
+      return float_to_i64(d);
+    }
+    default:
+      return static_cast<int64_t>(bits);
   }
 }
 double scalar_f64(GgufType t, uint64_t bits) {
   switch (t) {
-    case GgufType::F32: { float f; uint32_t b = static_cast<uint32_t>(bits); std::memcpy(&f, &b, 4); return f; }
-    case GgufType::F64: { double d; std::memcpy(&d, &bits, 8); return d; }
-    case GgufType::U64: return static_cast<double>(bits);
-    default: return static_cast<double>(scalar_i64(t, bits));
+    case GgufType::F32: {
+      float f;
+      uint32_t b = static_cast<uint32_t>(bits);
+      std::memcpy(&f, &b, 4);
+      return f;
+    }
+    case GgufType::F64: {
+      double d;
+      std::memcpy(&d, &bits, 8);
+      return d;
+    }
+    case GgufType::U64:
+      return static_cast<double>(bits);
+    default:
+      return static_cast<double>(scalar_i64(t, bits));
   }
 }
 uint64_t elem_bits(const GgufValue& v, uint64_t i) {
   switch (gguf_scalar_size(v.elem_type)) {
-    case 1: return v.elems[i];
-    case 2: return load<uint16_t>(v.elems + 2 * i);
-    case 4: return load<uint32_t>(v.elems + 4 * i);
-    case 8: return load<uint64_t>(v.elems + 8 * i);
-    default: return 0;
+    case 1:
+      return v.elems[i];
+    case 2:
+      return load<uint16_t>(v.elems + 2 * i);
+    case 4:
+      return load<uint32_t>(v.elems + 4 * i);
+    case 8:
+      return load<uint64_t>(v.elems + 8 * i);
+    default:
+      return 0;
   }
 }
 }  // namespace
@@ -254,13 +332,19 @@ std::string GgufValue::summary(size_t max_items) const {
     std::string out = "\"";
     for (size_t i = 0; i < s.size() && i < max_len; ++i) {
       char ch = s[i];
-      if (ch == '\n') out += "\\n";
-      else if (ch == '"') out += "\\\"";
-      else if (static_cast<unsigned char>(ch) < 0x20) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
-      else out += ch;
+      if (ch == '\n')
+        out += "\\n";
+      else if (ch == '"')
+        out += "\\\"";
+      else if (static_cast<unsigned char>(ch) < 0x20)
+        out += fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+      else
+        out += ch;
     }
-    if (s.size() > max_len) out += fmt::format("...\" ({} bytes)", s.size());
-    else out += "\"";
+    if (s.size() > max_len)
+      out += fmt::format("...\" ({} bytes)", s.size());
+    else
+      out += "\"";
     return out;
   };
   if (type == GgufType::STRING) return quote(str, 60);
@@ -268,9 +352,12 @@ std::string GgufValue::summary(size_t max_items) const {
   std::string out = fmt::format("[{} x {}: ", gguf_type_name(elem_type), count);
   for (uint64_t i = 0; i < count && i < max_items; ++i) {
     if (i) out += ", ";
-    if (elem_type == GgufType::STRING) out += quote(strings[i], 24);
-    else if (elem_type == GgufType::ARRAY) out += nested[i].summary(3);
-    else out += scalar(elem_type, elem_bits(*this, i));
+    if (elem_type == GgufType::STRING)
+      out += quote(strings[i], 24);
+    else if (elem_type == GgufType::ARRAY)
+      out += nested[i].summary(3);
+    else
+      out += scalar(elem_type, elem_bits(*this, i));
   }
   if (count > max_items) out += ", ...";
   return out + "]";
@@ -309,13 +396,16 @@ void GgufFile::parse() {
   const std::string& path = path_;
   Cursor c(base_, size_, path);
   uint32_t magic = c.read<uint32_t>("magic");
-  if (magic != kMagic) fail("{}: not a GGUF file (magic 0x{:08x}, expected 0x{:08x} \"GGUF\")", path, magic, kMagic);
+  if (magic != kMagic)
+    fail("{}: not a GGUF file (magic 0x{:08x}, expected 0x{:08x} \"GGUF\")", path, magic, kMagic);
   version_ = c.read<uint32_t>("version");
-  if (version_ != 2 && version_ != 3) fail("{}: unsupported GGUF version {} (supported: 2, 3)", path, version_);
+  if (version_ != 2 && version_ != 3)
+    fail("{}: unsupported GGUF version {} (supported: 2, 3)", path, version_);
   uint64_t n_tensors = c.read<uint64_t>("tensor count");
   uint64_t n_kv = c.read<uint64_t>("metadata count");
   // Each kv needs >= 8 (key len) + 4 (type) + 1 bytes, each tensor info >= 8 + 4 + 4 + 8.
-  if (n_kv > c.remaining() / 13) fail("{}: metadata count {} cannot fit in a {}-byte file", path, n_kv, size_);
+  if (n_kv > c.remaining() / 13)
+    fail("{}: metadata count {} cannot fit in a {}-byte file", path, n_kv, size_);
   if (n_tensors > c.remaining() / 24)
     fail("{}: tensor count {} cannot fit in a {}-byte file", path, n_tensors, size_);
 
@@ -351,12 +441,14 @@ void GgufFile::parse() {
     t.name = std::string(name);
     if (tensor_index_.count(t.name)) fail("{}: duplicate tensor name '{}'", path, t.name);
     uint32_t nd = c.read<uint32_t>(t.name);
-    if (nd == 0 || nd > kMaxDims) fail("{}: tensor '{}': {} dimensions (allowed 1..{})", path, t.name, nd, kMaxDims);
+    if (nd == 0 || nd > kMaxDims)
+      fail("{}: tensor '{}': {} dimensions (allowed 1..{})", path, t.name, nd, kMaxDims);
     t.ne.resize(nd);
     uint64_t nel = 1;
     for (uint32_t d = 0; d < nd; ++d) {
       t.ne[d] = c.read<uint64_t>(t.name);
-      if (t.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || mul_overflows(nel, t.ne[d], &nel) ||
+      if (t.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          mul_overflows(nel, t.ne[d], &nel) ||
           nel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         fail("{}: tensor '{}': element count overflows (shape {})", path, t.name, t.shape_str());
     }
@@ -370,8 +462,8 @@ void GgufFile::parse() {
     // ne[0] % 64; which one applies is decided below from the bytes.
     const uint32_t block = t.ggml_type == ggml_type::Q2_0 ? 64 : ti->block_size;
     if (t.ne[0] % block != 0)
-      fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, t.name, t.ne[0], ti->name,
-           block);
+      fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, t.name, t.ne[0],
+           ti->name, block);
     if (t.offset % alignment_ != 0)
       fail("{}: tensor '{}': offset {} is not aligned to {}", path, t.name, t.offset, alignment_);
     if (t.ggml_type != ggml_type::Q2_0) {
@@ -388,7 +480,8 @@ void GgufFile::parse() {
   uint64_t pad = (alignment_ - header_end % alignment_) % alignment_;
   data_offset_ = header_end + pad;
   if (n_tensors == 0) return;
-  if (data_offset_ > size_) fail("{}: truncated: data section would start at {} past the end ({})", path, data_offset_, size_);
+  if (data_offset_ > size_)
+    fail("{}: truncated: data section would start at {} past the end ({})", path, data_offset_, size_);
   const uint64_t data_size = size_ - data_offset_;
 
   // Space each tensor occupies: up to the next higher offset or the end of data.
@@ -407,7 +500,8 @@ void GgufFile::parse() {
   for (size_t k = 0; k < order.size(); ++k) {
     GgufTensor& t = tensors_[order[k]];
     if (t.offset > data_size)
-      fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, t.name, t.offset, data_size);
+      fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, t.name,
+           t.offset, data_size);
     const bool last = k + 1 == order.size();
     const uint64_t limit = last ? data_size : tensors_[order[k + 1]].offset;
     const uint64_t avail = limit - t.offset;
@@ -418,16 +512,20 @@ void GgufFile::parse() {
       auto fits = [&](uint64_t s) { return s > 0 && s <= avail && avail - s < alignment_; };
       bool a = fits(g128), b = fits(g64);
       if (a == b)
-        fail("{}: tensor '{}': Q2_0 layout is {}: {} bytes available, group-128 reading needs {}, group-64 reading "
-             "needs {}",
-             path, t.name, a ? "ambiguous" : "inconsistent", avail, g128, g64);
+        fail(
+            "{}: tensor '{}': Q2_0 layout is {}: {} bytes available, group-128 reading needs {}, group-64 "
+            "reading "
+            "needs {}",
+            path, t.name, a ? "ambiguous" : "inconsistent", avail, g128, g64);
       t.dtype = a ? DType::Q2_0_G128 : DType::Q2_0_G64;
       t.nbytes = a ? g128 : g64;
     }
     if (t.nbytes > avail)
-      fail("{}: tensor '{}': {} bytes at offset {} overlap {} (only {} bytes available)", path, t.name, t.nbytes,
-           t.offset, last ? std::string("the end of the file") : fmt::format("tensor '{}'", tensors_[order[k + 1]].name),
-           avail);
+      fail(
+          "{}: tensor '{}': {} bytes at offset {} overlap {} (only {} bytes available)", path, t.name,
+          t.nbytes, t.offset,
+          last ? std::string("the end of the file") : fmt::format("tensor '{}'", tensors_[order[k + 1]].name),
+          avail);
     t.data = base_ + data_offset_ + t.offset;
   }
 }
@@ -445,7 +543,8 @@ const GgufValue& GgufFile::get(std::string_view key) const {
 
 int64_t GgufFile::get_i64(std::string_view key) const {
   const GgufValue& v = get(key);
-  if (!type_is_integer(v.type)) fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+  if (!type_is_integer(v.type))
+    fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
   if (v.type == GgufType::U64 && v.bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     fail("{}: key '{}' = {} is out of range", path_, key, v.bits);
   return v.as_i64();
@@ -453,7 +552,8 @@ int64_t GgufFile::get_i64(std::string_view key) const {
 
 uint64_t GgufFile::get_u64(std::string_view key) const {
   const GgufValue& v = get(key);
-  if (!type_is_integer(v.type)) fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+  if (!type_is_integer(v.type))
+    fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
   if (v.type == GgufType::U64) return v.bits;
   int64_t i = v.as_i64();
   if (i < 0) fail("{}: key '{}' = {} must not be negative", path_, key, i);
@@ -462,7 +562,8 @@ uint64_t GgufFile::get_u64(std::string_view key) const {
 
 uint32_t GgufFile::get_u32(std::string_view key) const {
   uint64_t v = get_u64(key);
-  if (v > std::numeric_limits<uint32_t>::max()) fail("{}: key '{}' = {} does not fit in 32 bits", path_, key, v);
+  if (v > std::numeric_limits<uint32_t>::max())
+    fail("{}: key '{}' = {} does not fit in 32 bits", path_, key, v);
   return static_cast<uint32_t>(v);
 }
 
@@ -475,19 +576,22 @@ double GgufFile::get_f64(std::string_view key) const {
 
 bool GgufFile::get_bool(std::string_view key) const {
   const GgufValue& v = get(key);
-  if (v.type != GgufType::BOOL) fail("{}: key '{}' has type {}, expected bool", path_, key, gguf_type_name(v.type));
+  if (v.type != GgufType::BOOL)
+    fail("{}: key '{}' has type {}, expected bool", path_, key, gguf_type_name(v.type));
   return v.bits != 0;
 }
 
 std::string_view GgufFile::get_string(std::string_view key) const {
   const GgufValue& v = get(key);
-  if (v.type != GgufType::STRING) fail("{}: key '{}' has type {}, expected string", path_, key, gguf_type_name(v.type));
+  if (v.type != GgufType::STRING)
+    fail("{}: key '{}' has type {}, expected string", path_, key, gguf_type_name(v.type));
   return v.str;
 }
 
 const GgufValue& GgufFile::get_array(std::string_view key) const {
   const GgufValue& v = get(key);
-  if (v.type != GgufType::ARRAY) fail("{}: key '{}' has type {}, expected an array", path_, key, gguf_type_name(v.type));
+  if (v.type != GgufType::ARRAY)
+    fail("{}: key '{}' has type {}, expected an array", path_, key, gguf_type_name(v.type));
   return v;
 }
 
@@ -499,9 +603,15 @@ const GgufValue& GgufFile::get_array(std::string_view key, GgufType elem) const 
   return v;
 }
 
-uint64_t GgufFile::get_u64_or(std::string_view key, uint64_t fallback) const { return has(key) ? get_u64(key) : fallback; }
-double GgufFile::get_f64_or(std::string_view key, double fallback) const { return has(key) ? get_f64(key) : fallback; }
-bool GgufFile::get_bool_or(std::string_view key, bool fallback) const { return has(key) ? get_bool(key) : fallback; }
+uint64_t GgufFile::get_u64_or(std::string_view key, uint64_t fallback) const {
+  return has(key) ? get_u64(key) : fallback;
+}
+double GgufFile::get_f64_or(std::string_view key, double fallback) const {
+  return has(key) ? get_f64(key) : fallback;
+}
+bool GgufFile::get_bool_or(std::string_view key, bool fallback) const {
+  return has(key) ? get_bool(key) : fallback;
+}
 std::string_view GgufFile::get_string_or(std::string_view key, std::string_view fallback) const {
   return has(key) ? get_string(key) : fallback;
 }

@@ -37,7 +37,8 @@ void put_value(std::vector<uint8_t>& b, const GgufValue& v, bool with_type) {
   put<uint32_t>(b, static_cast<uint32_t>(v.elem_type));
   put<uint64_t>(b, v.count);
   size_t es = gguf_scalar_size(v.elem_type);
-  if (es) b.insert(b.end(), v.elems, v.elems + v.count * es);
+  if (es)
+    b.insert(b.end(), v.elems, v.elems + v.count * es);
   else if (v.elem_type == GgufType::STRING)
     for (auto s : v.strings) put_string(b, s);
   else
@@ -89,7 +90,8 @@ class FileSink : public ByteSink {
 
  private:
   void flush() {
-    if (used_ && std::fwrite(buf_.data(), 1, used_, f_) != used_) fail("{}: write failed: {}", path_, std::strerror(errno));
+    if (used_ && std::fwrite(buf_.data(), 1, used_, f_) != used_)
+      fail("{}: write failed: {}", path_, std::strerror(errno));
     used_ = 0;
   }
   std::string path_;
@@ -121,15 +123,15 @@ void GgufWriter::note_alignment(std::string_view key, uint64_t v) {
     alignment_ = static_cast<uint32_t>(v);
 }
 
-#define BONSAI_SCALAR_ADDER(fn, T, tag)                                                 \
-  void GgufWriter::fn(std::string key, T v) {                                           \
-    put_string(kv_bytes_, key);                                                         \
-    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag));                               \
-    put<T>(kv_bytes_, v);                                                               \
-    ++n_kv_;                                                                            \
-    if constexpr (std::is_integral_v<T>) {                                              \
-      if (std::cmp_greater_equal(v, 0)) note_alignment(key, static_cast<uint64_t>(v));  \
-    }                                                                                   \
+#define BONSAI_SCALAR_ADDER(fn, T, tag)                                                \
+  void GgufWriter::fn(std::string key, T v) {                                          \
+    put_string(kv_bytes_, key);                                                        \
+    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag));                              \
+    put<T>(kv_bytes_, v);                                                              \
+    ++n_kv_;                                                                           \
+    if constexpr (std::is_integral_v<T>) {                                             \
+      if (std::cmp_greater_equal(v, 0)) note_alignment(key, static_cast<uint64_t>(v)); \
+    }                                                                                  \
   }
 BONSAI_SCALAR_ADDER(add_u8, uint8_t, GgufType::U8)
 BONSAI_SCALAR_ADDER(add_i8, int8_t, GgufType::I8)
@@ -193,7 +195,8 @@ void GgufWriter::add_value(std::string key, const GgufValue& v) {
 }
 
 void GgufWriter::set_alignment(uint32_t alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1))) fail("GgufWriter: alignment {} is not a power of two", alignment);
+  if (alignment == 0 || (alignment & (alignment - 1)))
+    fail("GgufWriter: alignment {} is not a power of two", alignment);
   add_u32("general.alignment", alignment);  // sets alignment_ (note_alignment)
 }
 
@@ -249,7 +252,8 @@ void GgufWriter::write_to(ByteSink& out, const std::function<void(size_t, size_t
   }
 }
 
-void GgufWriter::write_file(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
+void GgufWriter::write_file(const std::string& path,
+                            const std::function<void(size_t, size_t)>& progress) const {
   FileSink sink(path);
   write_to(sink, progress);
   sink.close();
