@@ -21,8 +21,12 @@ struct SessionOptions {
   std::string dump_dir;       // when set, every named activation is written as raw f32 per position
 };
 
-// Opaque copy of a session's state (for /regen: restore and decode again).
-struct SessionSnapshot;
+// A host-memory copy of a session's state (for /regen: restore and decode again).
+struct SessionSnapshot {
+  int pos = 0;
+  std::vector<float> state;   // KV rows [0, pos) and GDN conv/recurrent states, layer by layer
+  std::vector<float> logits;  // logits after the last token
+};
 
 class Session {
  public:

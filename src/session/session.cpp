@@ -6,12 +6,6 @@
 
 namespace bonsai {
 
-struct SessionSnapshot {
-  int pos = 0;
-  std::vector<float> state;
-  std::vector<float> logits;
-};
-
 struct Session::Impl {
   const Model& model;
   std::unique_ptr<Backend> backend;
