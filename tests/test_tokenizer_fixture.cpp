@@ -10,6 +10,7 @@
 
 #include "bonsai/gguf.h"
 #include "bonsai/tokenizer.h"
+#include "text_corpus.h"
 
 namespace bonsai {
 namespace {
@@ -42,6 +43,30 @@ TEST(TokenizerFixture, AllCasesMatchLlamaCpp) {
   }
   EXPECT_EQ(pass, n) << pass << " of " << n << " cases pass";
   EXPECT_GT(n, 0u);
+}
+
+// 1 MB of mixed text through the real vocabulary (correctness only; speed is
+// measured by bench/bench_tokenizer.cpp): the whole text's ids equal the
+// concatenation of its paragraphs' ids (each encode() call has its own word
+// cache, so this also checks the cache never changes a result), every id is
+// in range, and decoding gives the text back.
+TEST(TokenizerFixture, OneMegabyteMixedText) {
+  if (!fs::exists(kManifest)) GTEST_SKIP() << "tokenizer fixtures not found at " << kManifest;
+  GgufFile f = GgufFile::open((kManifest.parent_path() / "qwen3-vocab.gguf").string());
+  auto tok = Tokenizer::from_gguf(f);
+  const auto paras = testing::mixed_paragraphs(1 << 20);
+  std::string all;
+  std::vector<int32_t> concat;
+  for (const auto& p : paras) {
+    all += p;
+    const auto ids = tok->encode(p, false);
+    concat.insert(concat.end(), ids.begin(), ids.end());
+  }
+  const auto ids = tok->encode(all, false);
+  ASSERT_EQ(ids, concat);
+  for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->n_vocab());
+  EXPECT_LT(ids.size(), all.size());  // merges happened
+  EXPECT_EQ(tok->decode(ids), all);
 }
 
 }  // namespace
