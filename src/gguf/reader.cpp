@@ -50,6 +50,40 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+// A key or tensor name as it appears in an error message: control bytes are
+// escaped (a name may legally hold '\n', and the CLI promises one error
+// line), so are all non-ASCII bytes of a name that is not valid UTF-8, and
+// very long names are shortened.
+std::string printable(std::string_view s) {
+  constexpr size_t kMax = 120;
+  const bool utf8 = valid_utf8(s);
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const auto ch = static_cast<unsigned char>(s[i]);
+    if (ch < 0x20 || ch == 0x7F || (ch >= 0x80 && !utf8))
+      out += fmt::format("\\x{:02x}", ch);
+    else
+      out += static_cast<char>(ch);
+  }
+  if (s.size() > kMax) out += fmt::format("...({} bytes)", s.size());
+  return out;
+}
+
+// What a read is for, formatted only when the read fails:
+// "magic", "metadata key #3", "key 'general.name' value", "tensor 'x' shape".
+struct Where {
+  const char* kind;       // "key" / "tensor", or nullptr for a header field
+  std::string_view name;  // key or tensor name; empty: use index
+  uint64_t index;
+  const char* field;
+  std::string str() const {
+    if (!kind) return field;
+    if (name.empty()) return fmt::format("{} #{} {}", kind, index, field);
+    return fmt::format("{} '{}' {}", kind, printable(name), field);
+  }
+};
+Where header_field(const char* field) { return {nullptr, {}, 0, field}; }
+
 // Bounds-checked little-endian reader over the mapping.
 class Cursor {
  public:
@@ -58,28 +92,28 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
 
-  void need(uint64_t n, std::string_view what) const {
+  void need(uint64_t n, const Where& w) const {
     if (n > remaining())
-      fail("{}: truncated while reading {} (need {} bytes at offset {}, file has {})", path_, what, n, pos_,
-           size_);
+      fail("{}: truncated while reading {} (need {} bytes at offset {}, file has {})", path_, w.str(), n,
+           pos_, size_);
   }
   template <typename T>
-  T read(std::string_view what) {
-    need(sizeof(T), what);
+  T read(const Where& w) {
+    need(sizeof(T), w);
     T v;
     std::memcpy(&v, base_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
-  std::string_view read_string(std::string_view what) {
-    uint64_t n = read<uint64_t>(what);
-    need(n, what);
+  std::string_view read_string(const Where& w) {
+    uint64_t n = read<uint64_t>(w);
+    need(n, w);
     std::string_view s(reinterpret_cast<const char*>(base_ + pos_), n);
     pos_ += n;
     return s;
   }
-  const uint8_t* take(uint64_t n, std::string_view what) {
-    need(n, what);
+  const uint8_t* take(uint64_t n, const Where& w) {
+    need(n, w);
     const uint8_t* p = base_ + pos_;
     pos_ += n;
     return p;
@@ -94,61 +128,68 @@ class Cursor {
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
-GgufValue read_value(Cursor& c, GgufType type, const std::string& path, const std::string& key, int depth) {
+// Reads one value of `type` (the type tag already consumed). Arrays nest up
+// to kMaxArrayDepth; every count is checked against the bytes that remain
+// before anything is reserved, so a corrupt count cannot allocate.
+GgufValue read_value(Cursor& c, GgufType type, const std::string& path, std::string_view key, int depth) {
+  const Where w{"key", key, 0, "value"};
+  auto bad = [&](std::string_view what) { fail("{}: key '{}': {}", path, printable(key), what); };
   GgufValue v;
   v.type = type;
   switch (type) {
     case GgufType::U8:
     case GgufType::I8:
     case GgufType::BOOL: {
-      uint8_t b = c.read<uint8_t>(key);
-      if (type == GgufType::BOOL && b > 1) fail("{}: key '{}': bool value {} is not 0 or 1", path, key, b);
+      uint8_t b = c.read<uint8_t>(w);
+      if (type == GgufType::BOOL && b > 1) bad(fmt::format("bool value {} is not 0 or 1", b));
       v.bits = b;
       break;
     }
     case GgufType::U16:
     case GgufType::I16:
-      v.bits = c.read<uint16_t>(key);
+      v.bits = c.read<uint16_t>(w);
       break;
     case GgufType::U32:
     case GgufType::I32:
     case GgufType::F32:
-      v.bits = c.read<uint32_t>(key);
+      v.bits = c.read<uint32_t>(w);
       break;
     case GgufType::U64:
     case GgufType::I64:
     case GgufType::F64:
-      v.bits = c.read<uint64_t>(key);
+      v.bits = c.read<uint64_t>(w);
       break;
     case GgufType::STRING:
-      v.str = c.read_string(key);
+      v.str = c.read_string(w);
       break;
     case GgufType::ARRAY: {
-      if (depth >= kMaxArrayDepth)
-        fail("{}: key '{}': arrays nested deeper than {}", path, key, kMaxArrayDepth);
-      uint32_t et = c.read<uint32_t>(key);
-      if (et > static_cast<uint32_t>(GgufType::F64))
-        fail("{}: key '{}': unknown array element type {}", path, key, et);
+      if (depth >= kMaxArrayDepth) bad(fmt::format("arrays nested deeper than {}", kMaxArrayDepth));
+      const uint32_t et = c.read<uint32_t>(w);
+      if (et > static_cast<uint32_t>(GgufType::F64)) bad(fmt::format("unknown array element type {}", et));
       v.elem_type = static_cast<GgufType>(et);
-      v.count = c.read<uint64_t>(key);
-      size_t es = gguf_scalar_size(v.elem_type);
+      v.count = c.read<uint64_t>(w);
+      const size_t es = gguf_scalar_size(v.elem_type);
       if (es > 0) {
         uint64_t bytes;
         if (mul_overflows(v.count, es, &bytes) || bytes > c.remaining())
-          fail("{}: key '{}': array of {} x {} does not fit in the file", path, key, v.count,
-               gguf_type_name(v.elem_type));
-        v.elems = c.take(bytes, key);
+          bad(fmt::format("array of {} x {} does not fit in the file ({} bytes remain)", v.count,
+                          gguf_type_name(v.elem_type), c.remaining()));
+        v.elems = c.take(bytes, w);
         if (v.elem_type == GgufType::BOOL)
           for (uint64_t i = 0; i < v.count; ++i)
-            if (v.elems[i] > 1) fail("{}: key '{}': bool element {} is not 0 or 1", path, key, i);
+            if (v.elems[i] > 1) bad(fmt::format("bool element {} is {}, not 0 or 1", i, v.elems[i]));
       } else if (v.elem_type == GgufType::STRING) {
+        // Each string needs at least its 8-byte length.
         if (v.count > c.remaining() / 8)
-          fail("{}: key '{}': array of {} strings does not fit in the file", path, key, v.count);
+          bad(fmt::format("array of {} strings does not fit in the file ({} bytes remain)", v.count,
+                          c.remaining()));
         v.strings.reserve(v.count);
-        for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.read_string(key));
+        for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.read_string(w));
       } else {
+        // Each inner array needs at least its element type and count.
         if (v.count > c.remaining() / 12)
-          fail("{}: key '{}': array of {} arrays does not fit in the file", path, key, v.count);
+          bad(fmt::format("array of {} arrays does not fit in the file ({} bytes remain)", v.count,
+                          c.remaining()));
         v.nested.reserve(v.count);
         for (uint64_t i = 0; i < v.count; ++i)
           v.nested.push_back(read_value(c, GgufType::ARRAY, path, key, depth + 1));
@@ -156,7 +197,7 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& path, const st
       break;
     }
     default:
-      fail("{}: key '{}': unknown value type {}", path, key, static_cast<uint32_t>(type));
+      bad(fmt::format("unknown value type {}", static_cast<uint32_t>(type)));
   }
   return v;
 }
@@ -395,101 +436,121 @@ GgufFile GgufFile::from_memory(const uint8_t* data, size_t size, const std::stri
 void GgufFile::parse() {
   const std::string& path = path_;
   Cursor c(base_, size_, path);
-  uint32_t magic = c.read<uint32_t>("magic");
+  uint32_t magic = c.read<uint32_t>(header_field("magic"));
   if (magic != kMagic)
     fail("{}: not a GGUF file (magic 0x{:08x}, expected 0x{:08x} \"GGUF\")", path, magic, kMagic);
-  version_ = c.read<uint32_t>("version");
+  version_ = c.read<uint32_t>(header_field("version"));
   if (version_ != 2 && version_ != 3)
     fail("{}: unsupported GGUF version {} (supported: 2, 3)", path, version_);
-  uint64_t n_tensors = c.read<uint64_t>("tensor count");
-  uint64_t n_kv = c.read<uint64_t>("metadata count");
-  // Each kv needs >= 8 (key len) + 4 (type) + 1 bytes, each tensor info >= 8 + 4 + 4 + 8.
-  if (n_kv > c.remaining() / 13)
-    fail("{}: metadata count {} cannot fit in a {}-byte file", path, n_kv, size_);
-  if (n_tensors > c.remaining() / 24)
-    fail("{}: tensor count {} cannot fit in a {}-byte file", path, n_tensors, size_);
+  const uint64_t n_tensors = c.read<uint64_t>(header_field("tensor count"));
+  const uint64_t n_kv = c.read<uint64_t>(header_field("metadata count"));
 
-  kv_.reserve(n_kv);
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    std::string_view key = c.read_string(fmt::format("key #{}", i));
-    if (key.empty()) fail("{}: metadata key #{} is empty", path, i);
-    if (!valid_utf8(key)) fail("{}: metadata key #{} is not valid UTF-8", path, i);
-    std::string k(key);
-    if (kv_index_.count(k)) fail("{}: duplicate metadata key '{}'", path, k);
-    uint32_t t = c.read<uint32_t>(k);
-    if (t > static_cast<uint32_t>(GgufType::F64)) fail("{}: key '{}': unknown value type {}", path, k, t);
-    GgufValue v = read_value(c, static_cast<GgufType>(t), path, k, 0);
-    kv_index_.emplace(k, kv_.size());
-    kv_.emplace_back(std::move(k), std::move(v));
-  }
+  // A pair needs at least 8 (key length) + 1 (key) + 4 (type) + 1 bytes, a
+  // tensor info 8 + 1 + 4 + 8 + 4 + 8. Counts are never trusted for
+  // allocation: reservations are capped by what the file can hold, and the
+  // parse below fails at the first read past the end. When a count is larger
+  // than the whole file could hold, that failure also names the count, since
+  // the corrupt count rather than the point where the bytes ran out is the
+  // news.
+  const uint64_t kv_cap = c.remaining() / 14, tensor_cap = c.remaining() / 33;
+  auto with_counts = [&](const Error& e) -> std::string {
+    std::string msg = e.what();
+    if (n_kv > kv_cap)
+      msg += fmt::format(" (the header announces {} metadata pairs, more than a {}-byte file can hold)", n_kv,
+                         size_);
+    else if (n_tensors > tensor_cap)
+      msg += fmt::format(" (the header announces {} tensors, more than a {}-byte file can hold)", n_tensors,
+                         size_);
+    return msg;
+  };
 
-  if (const GgufValue* a = find("general.alignment")) {
-    if (!a->is_integer() || a->type == GgufType::BOOL)
-      fail("{}: key 'general.alignment' has type {}, expected an integer", path, gguf_type_name(a->type));
-    int64_t al = a->as_i64();
-    if (al <= 0 || al > (1 << 30) || (al & (al - 1)) != 0)
-      fail("{}: key 'general.alignment' = {} is not a power of two in [1, 2^30]", path, al);
-    alignment_ = static_cast<uint64_t>(al);
-  }
-
-  tensors_.reserve(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    GgufTensor t;
-    std::string_view name = c.read_string(fmt::format("tensor #{} name", i));
-    if (name.empty()) fail("{}: tensor #{} has an empty name", path, i);
-    if (!valid_utf8(name)) fail("{}: tensor #{} name is not valid UTF-8", path, i);
-    t.name = std::string(name);
-    if (tensor_index_.count(t.name)) fail("{}: duplicate tensor name '{}'", path, t.name);
-    uint32_t nd = c.read<uint32_t>(t.name);
-    if (nd == 0 || nd > kMaxDims)
-      fail("{}: tensor '{}': {} dimensions (allowed 1..{})", path, t.name, nd, kMaxDims);
-    t.ne.resize(nd);
-    uint64_t nel = 1;
-    for (uint32_t d = 0; d < nd; ++d) {
-      t.ne[d] = c.read<uint64_t>(t.name);
-      if (t.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          mul_overflows(nel, t.ne[d], &nel) ||
-          nel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail("{}: tensor '{}': element count overflows (shape {})", path, t.name, t.shape_str());
+  try {
+    kv_.reserve(std::min(n_kv, kv_cap));
+    for (uint64_t i = 0; i < n_kv; ++i) {
+      const std::string_view key = c.read_string({"metadata key", {}, i, "name"});
+      if (key.empty()) fail("{}: metadata key #{} is empty", path, i);
+      if (!valid_utf8(key)) fail("{}: metadata key #{} ('{}') is not valid UTF-8", path, i, printable(key));
+      if (kv_index_.count(std::string(key))) fail("{}: duplicate metadata key '{}'", path, printable(key));
+      const uint32_t t = c.read<uint32_t>({"key", key, 0, "type"});
+      if (t > static_cast<uint32_t>(GgufType::F64))
+        fail("{}: key '{}': unknown value type {}", path, printable(key), t);
+      GgufValue v = read_value(c, static_cast<GgufType>(t), path, key, 0);
+      kv_index_.emplace(std::string(key), kv_.size());
+      kv_.emplace_back(std::string(key), std::move(v));
     }
-    t.nelements = nel;
-    t.ggml_type = c.read<uint32_t>(t.name);
-    t.offset = c.read<uint64_t>(t.name);
-    const TypeInfo* ti = type_info(t.ggml_type);
-    if (!ti) fail("{}: tensor '{}': unknown ggml type {}", path, t.name, t.ggml_type);
-    t.dtype = dtype_from_ggml(t.ggml_type);
-    // Q2_0's table entry is the g128 geometry, but the g64 layout only needs
-    // ne[0] % 64; which one applies is decided below from the bytes.
-    const uint32_t block = t.ggml_type == ggml_type::Q2_0 ? 64 : ti->block_size;
-    if (t.ne[0] % block != 0)
-      fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, t.name, t.ne[0],
-           ti->name, block);
-    if (t.offset % alignment_ != 0)
-      fail("{}: tensor '{}': offset {} is not aligned to {}", path, t.name, t.offset, alignment_);
-    if (t.ggml_type != ggml_type::Q2_0) {
-      uint64_t bytes;
-      if (mul_overflows(nel / ti->block_size, ti->type_size, &bytes))
-        fail("{}: tensor '{}': byte size overflows", path, t.name);
-      t.nbytes = bytes;
+
+    if (const GgufValue* a = find("general.alignment")) {
+      if (!a->is_integer() || a->type == GgufType::BOOL)
+        fail("{}: key 'general.alignment' has type {}, expected an integer", path, gguf_type_name(a->type));
+      const int64_t al = a->as_i64();  // a u64 above 2^63 reads negative and is refused
+      if (al <= 0 || al > (1 << 30) || (al & (al - 1)) != 0)
+        fail("{}: key 'general.alignment' = {} is not a power of two in [1, 2^30]", path, a->summary());
+      alignment_ = static_cast<uint64_t>(al);
     }
-    tensor_index_.emplace(t.name, tensors_.size());
-    tensors_.push_back(std::move(t));
+
+    tensors_.reserve(std::min(n_tensors, tensor_cap));
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+      GgufTensor t;
+      const std::string_view name = c.read_string({"tensor", {}, i, "name"});
+      if (name.empty()) fail("{}: tensor #{} has an empty name", path, i);
+      if (!valid_utf8(name)) fail("{}: tensor #{} name ('{}') is not valid UTF-8", path, i, printable(name));
+      t.name = std::string(name);
+      const std::string pn = printable(t.name);
+      if (tensor_index_.count(t.name)) fail("{}: duplicate tensor name '{}'", path, pn);
+      const uint32_t nd = c.read<uint32_t>({"tensor", t.name, 0, "dimension count"});
+      if (nd == 0 || nd > kMaxDims)
+        fail("{}: tensor '{}': {} dimensions (allowed 1..{})", path, pn, nd, kMaxDims);
+      t.ne.resize(nd);
+      uint64_t nel = 1;
+      for (uint32_t d = 0; d < nd; ++d) {
+        t.ne[d] = c.read<uint64_t>({"tensor", t.name, 0, "shape"});
+        if (t.ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+            mul_overflows(nel, t.ne[d], &nel) ||
+            nel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          fail("{}: tensor '{}': element count overflows (shape {})", path, pn, t.shape_str());
+      }
+      t.nelements = nel;
+      t.ggml_type = c.read<uint32_t>({"tensor", t.name, 0, "type"});
+      t.offset = c.read<uint64_t>({"tensor", t.name, 0, "offset"});
+      const TypeInfo* ti = type_info(t.ggml_type);
+      if (!ti) fail("{}: tensor '{}': unknown ggml type {}", path, pn, t.ggml_type);
+      t.dtype = dtype_from_ggml(t.ggml_type);
+      // Q2_0's table entry is the g128 geometry, but the g64 layout only needs
+      // ne[0] % 64; which one applies is decided below from the bytes.
+      const uint32_t block = t.ggml_type == ggml_type::Q2_0 ? 64 : ti->block_size;
+      if (t.ne[0] % block != 0)
+        fail("{}: tensor '{}': ne[0] = {} is not a multiple of {}'s block size {}", path, pn, t.ne[0],
+             ti->name, block);
+      if (t.offset % alignment_ != 0)
+        fail("{}: tensor '{}': offset {} is not aligned to {}", path, pn, t.offset, alignment_);
+      if (t.ggml_type != ggml_type::Q2_0) {
+        uint64_t bytes;
+        if (mul_overflows(nel / ti->block_size, ti->type_size, &bytes))
+          fail("{}: tensor '{}': byte size overflows (shape {})", path, pn, t.shape_str());
+        t.nbytes = bytes;
+      }
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+  } catch (const Error& e) {
+    throw Error(with_counts(e));
   }
 
-  uint64_t header_end = c.pos();
-  uint64_t pad = (alignment_ - header_end % alignment_) % alignment_;
+  const uint64_t header_end = c.pos();
+  const uint64_t pad = (alignment_ - header_end % alignment_) % alignment_;
   data_offset_ = header_end + pad;
   if (n_tensors == 0) return;
   if (data_offset_ > size_)
-    fail("{}: truncated: data section would start at {} past the end ({})", path, data_offset_, size_);
+    fail("{}: truncated: the data section would start at offset {}, past the end of the {}-byte file", path,
+         data_offset_, size_);
   const uint64_t data_size = size_ - data_offset_;
 
-  // Space each tensor occupies: up to the next higher offset or the end of data.
+  // The space a tensor occupies runs up to the next tensor's offset (or the
+  // end of the file). Ties (two tensors at one offset) put empty tensors
+  // first: an empty tensor may share its offset with the next one; anything
+  // else sharing an offset gets 0 bytes of space and fails the check below.
   std::vector<size_t> order(tensors_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // Ties (two tensors at one offset) put empty tensors first: an empty tensor
-  // may share its offset with the next one, anything else sharing an offset
-  // gets 0 bytes of space and fails the overlap check below.
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const GgufTensor& x = tensors_[a];
     const GgufTensor& y = tensors_[b];
@@ -499,33 +560,38 @@ void GgufFile::parse() {
   });
   for (size_t k = 0; k < order.size(); ++k) {
     GgufTensor& t = tensors_[order[k]];
+    const std::string pn = printable(t.name);
     if (t.offset > data_size)
-      fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, t.name,
-           t.offset, data_size);
-    const bool last = k + 1 == order.size();
-    const uint64_t limit = last ? data_size : tensors_[order[k + 1]].offset;
+      fail("{}: tensor '{}': offset {} is past the end of the data section ({} bytes)", path, pn, t.offset,
+           data_size);
+    const GgufTensor* next = k + 1 < order.size() ? &tensors_[order[k + 1]] : nullptr;
+    const bool next_inside = next && next->offset <= data_size;
+    const uint64_t limit = next_inside ? next->offset : data_size;
     const uint64_t avail = limit - t.offset;
+    const std::string neighbour =
+        next_inside ? fmt::format("tensor '{}' at offset {}", printable(next->name), next->offset)
+                    : std::string("the end of the file");
+    const char* verb = next_inside ? "overlap" : "run past";
     if (t.ggml_type == ggml_type::Q2_0) {
-      // The type id is shared by two layouts; the bytes the tensor occupies decide.
-      uint64_t g128 = (t.ne[0] % 128 == 0) ? t.nelements / 128 * 34 : 0;
-      uint64_t g64 = t.nelements / 64 * 18;
+      // One type id, two layouts: the bytes the tensor occupies decide. A
+      // reading fits when it uses the space up to the neighbour, give or take
+      // the alignment padding. Both or neither fitting is an error; guessing
+      // would run a model on misread weights.
+      const uint64_t g128 = (t.ne[0] % 128 == 0) ? t.nelements / 128 * 34 : 0;
+      const uint64_t g64 = t.nelements / 64 * 18;
       auto fits = [&](uint64_t s) { return s > 0 && s <= avail && avail - s < alignment_; };
-      bool a = fits(g128), b = fits(g64);
+      const bool a = fits(g128), b = fits(g64);
       if (a == b)
         fail(
-            "{}: tensor '{}': Q2_0 layout is {}: {} bytes available, group-128 reading needs {}, group-64 "
-            "reading "
-            "needs {}",
-            path, t.name, a ? "ambiguous" : "inconsistent", avail, g128, g64);
+            "{}: tensor '{}': Q2_0 layout is {}: {} bytes up to {}; the group-128 reading needs {}, the "
+            "group-64 reading needs {} (alignment {})",
+            path, pn, a ? "ambiguous" : "inconsistent", avail, neighbour, g128, g64, alignment_);
       t.dtype = a ? DType::Q2_0_G128 : DType::Q2_0_G64;
       t.nbytes = a ? g128 : g64;
     }
     if (t.nbytes > avail)
-      fail(
-          "{}: tensor '{}': {} bytes at offset {} overlap {} (only {} bytes available)", path, t.name,
-          t.nbytes, t.offset,
-          last ? std::string("the end of the file") : fmt::format("tensor '{}'", tensors_[order[k + 1]].name),
-          avail);
+      fail("{}: tensor '{}': {} bytes at offset {} {} {} (only {} bytes available)", path, pn, t.nbytes,
+           t.offset, verb, neighbour, avail);
     t.data = base_ + data_offset_ + t.offset;
   }
 }
