@@ -123,15 +123,25 @@ void GgufWriter::note_alignment(std::string_view key, uint64_t v) {
     alignment_ = static_cast<uint32_t>(v);
 }
 
-#define BONSAI_SCALAR_ADDER(fn, T, tag)                                                \
-  void GgufWriter::fn(std::string key, T v) {                                          \
-    put_string(kv_bytes_, key);                                                        \
-    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag));                              \
-    put<T>(kv_bytes_, v);                                                              \
-    ++n_kv_;                                                                           \
-    if constexpr (std::is_integral_v<T>) {                                             \
-      if (std::cmp_greater_equal(v, 0)) note_alignment(key, static_cast<uint64_t>(v)); \
-    }                                                                                  \
+namespace {
+// The value of an integer key as an alignment candidate; floats and negative
+// numbers never are one (0 is refused by note_alignment).
+template <typename T>
+uint64_t alignment_candidate(T v) {
+  if constexpr (std::is_integral_v<T>)
+    return std::cmp_greater_equal(v, 0) ? static_cast<uint64_t>(v) : 0;
+  else
+    return 0;
+}
+}  // namespace
+
+#define BONSAI_SCALAR_ADDER(fn, T, tag)                   \
+  void GgufWriter::fn(std::string key, T v) {             \
+    put_string(kv_bytes_, key);                           \
+    put<uint32_t>(kv_bytes_, static_cast<uint32_t>(tag)); \
+    put<T>(kv_bytes_, v);                                 \
+    ++n_kv_;                                              \
+    note_alignment(key, alignment_candidate(v));          \
   }
 BONSAI_SCALAR_ADDER(add_u8, uint8_t, GgufType::U8)
 BONSAI_SCALAR_ADDER(add_i8, int8_t, GgufType::I8)
