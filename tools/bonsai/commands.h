@@ -8,5 +8,6 @@ namespace bonsai::cli {
 void add_inspect(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_gate(CLI::App& app);
+void add_tokenize(CLI::App& app);
 
 }  // namespace bonsai::cli

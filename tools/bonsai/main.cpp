@@ -6,21 +6,27 @@
 #include <exception>
 
 #include <fmt/core.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "bonsai/error.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries command output (generated text, --ids JSON).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("bonsai"));
   CLI::App app{"bonsai — inference engine for ternary Bonsai 2 (qwen35) models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "bonsai 0.1.0");
   bonsai::cli::add_inspect(app);
   bonsai::cli::add_synth(app);
   bonsai::cli::add_gate(app);
+  bonsai::cli::add_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help / the parse error
+    return rc == 0 ? 0 : 2;      // every command-line mistake is a usage error (exit 2)
   } catch (const bonsai::UsageError& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
