@@ -1,0 +1,135 @@
+// Fast CPU matrix-vector products for decode: y[r] = Σ_k W[r,k]·x[k].
+//
+// Ternary weights (PQ2_0, Q2_0 g128/g64, PTQ1_0) are read in their file layout
+// straight from the mmap; the activation is quantized once per activation
+// site into a PreparedAct, which every matvec sharing that input reuses.
+//
+// ---- Numerics (the central design decision) --------------------------------
+// A ternary dot product Σ (c_j − 1)·d_b·x_j is computed per weight block b as
+// d_b · s_b · (Σ_j c_j·q_j − Σ_j q_j), with x_j ≈ s_b·q_j quantized per
+// activation block (128 elements; 64 for Q2_0 g64), codes c_j ∈ {0..3} used
+// as unsigned bytes (vpdpbusd / vpmaddubsw) and the "−1" applied as the
+// precomputed block sum Σ q_j. Integer sums are exact; float rounding enters
+// only in s_b, d_b·s_b and the per-block float accumulation.
+//
+//   Precision::Faithful (default): q_j = round(x_j / s_b), s_b = amax_b / 32639,
+//     stored as two int8 halves q = 256·hi + lo (hi, lo ∈ [−127, 127] and
+//     [−128, 127]); each half is one int8 dot product, combined exactly in int32.
+//     Per-element error |x_j − s_b q_j| ≤ s_b/2 = amax_b / 65278, so per row
+//       |y − y_exact| ≤ Σ_b |d_b| · (s_b/2) · Σ_{j∈b} |c_j − 1|   (+ float rounding)
+//     For Gaussian-like (rotated) activations the errors are independent and
+//     the relative error of a whole matvec is ≈ amax/(rms·65278·√3) ≈ 3e-5
+//     (amax/rms ≈ 3.5 over a 128-block), well under the 1e-4 budget that keeps
+//     whole-model logits at cosine ≥ 0.999.
+//   Precision::Int8: q_j = round(x_j / s_b), s_b = amax_b / 127, one int8 dot
+//     product (half the integer work). Same bound with 127 in place of 32639:
+//     relative error ≈ 7e-3 per matvec (the PrismML fork's level of fidelity).
+//
+// ---- Layouts ----------------------------------------------------------------
+// The SIMD kernels unpack 2-bit codes with shifts (byte m of a block, shifted
+// by 2s, holds element 4m+s) and PTQ1_0 trits with the ×3 trick (lane m of trit
+// plane n holds element 16n+m, 80+8n+m or 120+2n+m), so codes come out in a
+// permuted order. Rather than permuting codes (per weight, per row), the
+// activation is laid out once in that permuted order: the ActLayout families.
+// Blocks are grouped so that one group fills a 512-bit register (two 128-blocks
+// or four 64-blocks); AVX2 and scalar kernels read the same layout.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <span>
+
+#include "bonsai/formats.h"
+#include "kernels/weight.h"
+#include "runtime/cpu_features.h"
+#include "runtime/thread_pool.h"
+
+namespace bonsai::cpu {
+
+enum class Precision : uint8_t { Faithful, Int8 };
+
+// Activation layout families, one per weight-code arrangement.
+enum class ActLayout : uint8_t {
+  Q2x128 = 0,   // PQ2_0, Q2_0 g128: 2 blocks × 4 shift planes × 32 lanes per group
+  Q2x64 = 1,    // Q2_0 g64: 4 blocks × 4 shift planes × 16 lanes per group
+  Trit128 = 2,  // PTQ1_0: 2 blocks × 5 trit planes × 32 lanes (26 used) per group
+};
+inline constexpr int kNumActLayouts = 3;
+inline constexpr uint32_t layout_bit(ActLayout l) { return 1u << static_cast<unsigned>(l); }
+inline constexpr uint32_t kAllActLayouts = (1u << kNumActLayouts) - 1;
+// The layout bit a weight type needs (0 for float types, which read PreparedAct::x).
+uint32_t layouts_for(DType t);
+
+// 64-byte aligned, grow-only storage (so steady-state prepare_act allocates nothing).
+template <class T>
+class AlignedBuffer {
+ public:
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  void resize(size_t n) {  // contents are unspecified after a resize
+    if (n > cap_) {
+      p_.reset(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t{64})));
+      cap_ = n;
+    }
+    n_ = n;
+  }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<T, Free> p_;
+  size_t n_ = 0, cap_ = 0;
+};
+
+// One activation quantized into one layout family. A "group" is what one
+// 512-bit register holds: G blocks of B elements, as P planes of 64 bytes.
+struct PackedAct {
+  int64_t n_groups = 0;
+  AlignedBuffer<int8_t> hi;     // [n_groups][P][64]  high half (int8 mode: the only half)
+  AlignedBuffer<int8_t> lo;     // [n_groups][P][64]  low half (faithful only)
+  AlignedBuffer<int32_t> corr;  // [n_groups][16]     −Σq of block h in int32 lane h·16/G, 0 elsewhere
+  AlignedBuffer<float> scale;   // [n_groups][16]     s_b of block h in lanes [h·16/G, (h+1)·16/G)
+};
+
+struct PreparedAct {
+  int64_t k = 0;
+  Precision precision = Precision::Faithful;
+  uint32_t layouts = 0;    // which `packed` entries are valid
+  AlignedBuffer<float> x;  // [k] the activation as given (float-weight matvecs)
+  PackedAct packed[kNumActLayouts];
+};
+
+// Quantize x[0..k) once for every layout in `layouts` (default: all ternary
+// families; pass layouts_for(weight type) to skip the others).
+void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& out,
+                 uint32_t layouts = kAllActLayouts);
+
+// A weight matrix in its file layout: n rows of k inputs, row r at
+// data + r·row_bytes(type, k). Types: PQ2_0, Q2_0_G128, Q2_0_G64, PTQ1_0, F32, F16, BF16.
+struct WeightView {
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t n = 0;  // rows (outputs)
+  int64_t k = 0;  // inputs
+};
+inline WeightView view_of(const Weight& w) { return {w.type, w.data, w.n, w.k}; }
+
+// y[r] for r in [r0, r1) on the calling thread.
+void matvec_rows(const WeightView& w, const PreparedAct& a, float* y, int64_t r0, int64_t r1, Isa isa);
+
+// y[0..w.n) split across the pool's threads.
+void matvec(const WeightView& w, const PreparedAct& a, float* y, ThreadPool& pool, Isa isa);
+
+// Several weights sharing one input (q/k/v, qkv/z, gate/up): the rows of all
+// of them are split across the threads in one parallel_for (one barrier).
+struct MatvecJob {
+  WeightView w;
+  float* y;  // [w.n]
+};
+void matvec_multi(std::span<const MatvecJob> jobs, const PreparedAct& a, ThreadPool& pool, Isa isa);
+
+}  // namespace bonsai::cpu

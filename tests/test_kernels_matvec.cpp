@@ -1,0 +1,388 @@
+// Fast CPU matvec kernels vs the f32 reference (dequantize_row + double sums),
+// for every weight format × instruction set × activation precision, on odd
+// shapes and adversarial inputs, with 1 and 2 threads.
+//
+// Tolerances come from the error analysis in kernels/cpu/matvec.h:
+//  * Quantization: activations are rounded to s_b·q with s_b = amax_b / Q
+//    (Q = 32639 faithful, 127 int8; blocks of 64 for Q2_0 g64, else 128), so
+//    |x_j − s_b q_j| ≤ s_b/2 and |y_r − y_ref| ≤ Σ_j |w_j| s_b(j)/2 exactly;
+//    1 % slack covers s_b itself being rounded to float (relative 6e-8·|q|·s_b).
+//  * Float: each block's integer sum is exact; converting it and multiplying
+//    by d_b·s_b costs ≤ 3 roundings, and adding n_blocks terms in float costs
+//    ≤ n_blocks roundings, each ≤ 2⁻²⁴ of Σ|terms| ≤ Σ|w_j x_j| + the bound.
+//  * Float-weight matvecs sum k products in float: ≤ (k + 2)·2⁻²⁴·Σ|w_j x_j|.
+// On top of the per-row bound, a statistical check pins the size of the error
+// for Gaussian activations (expected ≈3e-5 faithful, ≈7e-3 int8; asserted
+// < 1e-4 and in [1e-3, 2e-2]) so a mode that is wired wrongly cannot pass.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bonsai/error.h"
+#include "bonsai/formats.h"
+#include "kernels/cpu/matvec.h"
+#include "runtime/cpu_features.h"
+#include "runtime/thread_pool.h"
+
+namespace bonsai::cpu {
+namespace {
+
+constexpr double kEps = 1.0 / (1 << 24);
+
+struct Matrix {
+  DType type;
+  int64_t n, k;
+  std::vector<uint8_t> bytes;
+  WeightView view() const { return {type, bytes.data(), n, k}; }
+};
+
+// Random ternary matrix: codes in {0,1,2} (and 3 when allow3 and the format
+// takes it), fp16 scales in [1e-3, 0.1] with every `zero_every`-th block zero.
+Matrix random_ternary(DType t, int64_t n, int64_t k, std::mt19937& rng, bool allow3, int zero_every = 7) {
+  const DTypeInfo info = dtype_info(t);
+  const int64_t g = info.block_size;
+  Matrix m{t, n, k, std::vector<uint8_t>(row_bytes(t, k) * n)};
+  std::uniform_int_distribution<int> code(0, allow3 ? 3 : 2);
+  std::uniform_real_distribution<float> scale(1e-3f, 0.1f);
+  std::vector<uint8_t> codes(k);
+  std::vector<float> scales(k / g);
+  int64_t blk = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& c : codes) c = static_cast<uint8_t>(code(rng));
+    for (auto& s : scales) s = (++blk % zero_every == 0) ? 0.0f : scale(rng);
+    encode_ternary_row(t, codes.data(), scales.data(), m.bytes.data() + r * row_bytes(t, k), k);
+  }
+  return m;
+}
+
+Matrix random_float(DType t, int64_t n, int64_t k, std::mt19937& rng) {
+  Matrix m{t, n, k, std::vector<uint8_t>(row_bytes(t, k) * n)};
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const float v = nd(rng);
+    if (t == DType::F32) {
+      std::memcpy(m.bytes.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+      std::memcpy(m.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return m;
+}
+
+struct Expected {
+  std::vector<double> y, tol;
+};
+
+// Reference values and per-row tolerances (see the file comment).
+Expected reference(const Matrix& m, const std::vector<float>& x, Precision p) {
+  const bool ternary = layouts_for(m.type) != 0;
+  const int64_t ab = m.type == DType::Q2_0_G64 ? 64 : 128;  // activation block
+  const double Q = p == Precision::Faithful ? 32639.0 : 127.0;
+  std::vector<double> half_step((m.k + ab - 1) / ab);
+  for (size_t b = 0; b < half_step.size(); ++b) {
+    double amax = 0;
+    for (int64_t j = b * ab; j < std::min<int64_t>(m.k, (b + 1) * ab); ++j)
+      amax = std::max(amax, std::fabs(double(x[j])));
+    half_step[b] = amax / Q / 2;
+  }
+  const int64_t n_blocks = m.k / dtype_info(m.type).block_size;
+  Expected e{std::vector<double>(m.n), std::vector<double>(m.n)};
+  std::vector<float> w(m.k);
+  const size_t rb = row_bytes(m.type, m.k);
+  for (int64_t r = 0; r < m.n; ++r) {
+    dequantize_row(m.type, m.bytes.data() + r * rb, w.data(), m.k);
+    double y = 0, mag = 0, bound = 0;
+    for (int64_t j = 0; j < m.k; ++j) {
+      y += double(w[j]) * x[j];
+      mag += std::fabs(double(w[j]) * x[j]);
+      bound += std::fabs(double(w[j])) * half_step[j / ab];
+    }
+    e.y[r] = y;
+    e.tol[r] = ternary ? 1.01 * bound + (n_blocks + 4) * 2 * kEps * (mag + bound) : (m.k + 2) * kEps * mag;
+  }
+  return e;
+}
+
+std::vector<Isa> isas() { return {Isa::Scalar, Isa::Avx2, Isa::Avx512}; }
+
+void skip_unless_supported(Isa isa) {
+  if (!isa_supported(isa)) GTEST_SKIP() << "this CPU cannot run " << isa_name(isa) << " kernels";
+}
+
+enum class Input { Gaussian, Huge, Tiny, Zero, MixedBlocks, Spiky };
+
+std::vector<float> make_input(Input kind, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> x(k);
+  for (auto& v : x) v = nd(rng);
+  switch (kind) {
+    case Input::Gaussian:
+      break;
+    case Input::Huge:
+      for (auto& v : x) v *= 1e30f;
+      break;
+    case Input::Tiny:
+      for (auto& v : x) v *= 1e-30f;
+      break;
+    case Input::Zero:
+      std::fill(x.begin(), x.end(), 0.0f);
+      break;
+    case Input::MixedBlocks:  // blocks of wildly different magnitude, one all-zero block
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t b = j / 64;
+        x[j] *= b % 3 == 0 ? 1e6f : b % 3 == 1 ? 1e-6f : 1.0f;
+        if (b == 1) x[j] = 0.0f;
+      }
+      break;
+    case Input::Spiky:  // one huge outlier per block: the rest lose precision, the bound follows
+      for (int64_t j = 0; j < k; j += 128) x[j] = 1e4f;
+      break;
+  }
+  return x;
+}
+
+const char* input_name(Input i) {
+  static const char* names[] = {"gaussian", "huge", "tiny", "zero", "mixed-blocks", "spiky"};
+  return names[static_cast<int>(i)];
+}
+
+void expect_close(const std::vector<float>& y, const Expected& e, const std::string& what) {
+  for (size_t r = 0; r < y.size(); ++r) {
+    ASSERT_TRUE(std::isfinite(y[r])) << what << " row " << r;
+    ASSERT_LE(std::fabs(double(y[r]) - e.y[r]), e.tol[r]) << what << " row " << r << " ref " << e.y[r];
+  }
+}
+
+// ---- ternary formats ---------------------------------------------------------
+
+using TernaryParam = std::tuple<DType, Isa, Precision>;
+class TernaryMatvec : public ::testing::TestWithParam<TernaryParam> {};
+
+TEST_P(TernaryMatvec, MatchesReferenceOnOddShapesAndInputs) {
+  const auto [type, isa, prec] = GetParam();
+  skip_unless_supported(isa);
+  const int64_t g = dtype_info(type).block_size;
+  const bool two_bit = type != DType::PTQ1_0;
+  // (rows, k): odd row counts; one block; an odd number of blocks; K not a
+  // power of two; the 27B hidden width.
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 128}, {13, 384}, {5, 640}, {33, 5120}};
+  if (g == 64) shapes.insert(shapes.end(), {{3, 64}, {9, 192}, {6, 320}});
+  std::mt19937 rng(1234 + static_cast<int>(type) * 7 + static_cast<int>(prec));
+  ThreadPool pool1(1), pool2(2);
+  for (auto [n, k] : shapes) {
+    const Matrix m = random_ternary(type, n, k, rng, /*allow3=*/two_bit);
+    for (Input in :
+         {Input::Gaussian, Input::Huge, Input::Tiny, Input::Zero, Input::MixedBlocks, Input::Spiky}) {
+      const std::vector<float> x = make_input(in, k, rng);
+      PreparedAct act;
+      prepare_act(x.data(), k, prec, act, layouts_for(type));
+      const Expected e = reference(m, x, prec);
+      const std::string what = std::string(dtype_name(type)) + " " + std::string(isa_name(isa)) +
+                               " n=" + std::to_string(n) + " k=" + std::to_string(k) + " " + input_name(in);
+      std::vector<float> y1(n, -1.0f), y2(n, -2.0f);
+      matvec(m.view(), act, y1.data(), pool1, isa);
+      expect_close(y1, e, what + " 1 thread");
+      matvec(m.view(), act, y2.data(), pool2, isa);
+      // Rows are independent: the split across threads cannot change a value.
+      for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y1[r], y2[r]) << what << " 2 threads, row " << r;
+      if (in == Input::Zero) {
+        for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y1[r], 0.0f) << what << " row " << r;
+      }
+    }
+  }
+}
+
+TEST_P(TernaryMatvec, ErrorSizeMatchesTheAnalysis) {
+  const auto [type, isa, prec] = GetParam();
+  skip_unless_supported(isa);
+  std::mt19937 rng(99);
+  const int64_t n = 64, k = 5120;
+  const Matrix m = random_ternary(type, n, k, rng, false, 1 << 30);
+  const std::vector<float> x = make_input(Input::Gaussian, k, rng);
+  PreparedAct act;
+  prepare_act(x.data(), k, prec, act, layouts_for(type));
+  std::vector<float> y(n);
+  ThreadPool pool(2);
+  matvec(m.view(), act, y.data(), pool, isa);
+  const Expected e = reference(m, x, prec);
+  double err = 0, ref = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    err += (y[r] - e.y[r]) * (y[r] - e.y[r]);
+    ref += e.y[r] * e.y[r];
+  }
+  const double rel = std::sqrt(err / ref);
+  if (prec == Precision::Faithful) {
+    EXPECT_LT(rel, 1e-4);
+  } else {
+    EXPECT_GT(rel, 1e-3);
+    EXPECT_LT(rel, 2e-2);
+  }
+}
+
+std::string sanitize(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+std::string ternary_name(const ::testing::TestParamInfo<TernaryParam>& p) {
+  const auto [type, isa, prec] = p.param;
+  return sanitize(std::string(dtype_name(type)) + "_" + std::string(isa_name(isa)) +
+                  (prec == Precision::Faithful ? "_faithful" : "_int8"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, TernaryMatvec,
+    ::testing::Combine(::testing::Values(DType::PQ2_0, DType::Q2_0_G128, DType::Q2_0_G64, DType::PTQ1_0),
+                       ::testing::ValuesIn(isas()), ::testing::Values(Precision::Faithful, Precision::Int8)),
+    ternary_name);
+
+// ---- float formats -------------------------------------------------------------
+
+using FloatParam = std::tuple<DType, Isa>;
+class FloatMatvec : public ::testing::TestWithParam<FloatParam> {};
+
+TEST_P(FloatMatvec, MatchesReference) {
+  const auto [type, isa] = GetParam();
+  skip_unless_supported(isa);
+  std::mt19937 rng(7);
+  ThreadPool pool1(1), pool2(2);
+  // ssm_alpha/beta shape, plus odd rows and k not a multiple of 8 or 16.
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{48, 5120}, {7, 37}, {5, 16}, {3, 1}}) {
+    const Matrix m = random_float(type, n, k, rng);
+    for (Input in : {Input::Gaussian, Input::Huge, Input::Zero}) {
+      const std::vector<float> x = make_input(in, k, rng);
+      PreparedAct act;
+      prepare_act(x.data(), k, Precision::Faithful, act, 0);
+      const Expected e = reference(m, x, Precision::Faithful);
+      std::vector<float> y1(n), y2(n);
+      matvec(m.view(), act, y1.data(), pool1, isa);
+      matvec(m.view(), act, y2.data(), pool2, isa);
+      const std::string what = std::string(dtype_name(type)) + " " + std::string(isa_name(isa)) +
+                               " k=" + std::to_string(k) + " " + input_name(in);
+      expect_close(y1, e, what);
+      for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y1[r], y2[r]) << what << " row " << r;
+    }
+  }
+}
+
+std::string float_name(const ::testing::TestParamInfo<FloatParam>& p) {
+  return std::string(dtype_name(std::get<0>(p.param))) + "_" + std::string(isa_name(std::get<1>(p.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, FloatMatvec,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16),
+                                            ::testing::ValuesIn(isas())),
+                         float_name);
+
+// ---- multi-weight entry and argument checks ----------------------------------------
+
+TEST(MatvecMulti, EqualsSeparateMatvecs) {
+  std::mt19937 rng(5);
+  const int64_t k = 1024;
+  const Matrix q = random_ternary(DType::PQ2_0, 37, k, rng, false);
+  const Matrix kk = random_ternary(DType::PQ2_0, 8, k, rng, false);
+  const Matrix v = random_ternary(DType::PQ2_0, 129, k, rng, false);
+  const Matrix alpha = random_float(DType::BF16, 5, k, rng);
+  const std::vector<float> x = make_input(Input::Gaussian, k, rng);
+  PreparedAct act;
+  prepare_act(x.data(), k, Precision::Faithful, act, layouts_for(DType::PQ2_0));
+  for (Isa isa : isas()) {
+    if (!isa_supported(isa)) continue;
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      std::vector<float> yq(q.n), yk(kk.n), yv(v.n), ya(alpha.n);
+      const MatvecJob jobs[] = {
+          {q.view(), yq.data()}, {kk.view(), yk.data()}, {v.view(), yv.data()}, {alpha.view(), ya.data()}};
+      matvec_multi(jobs, act, pool, isa);
+      for (const auto& j : jobs) {
+        std::vector<float> ref(j.w.n);
+        matvec_rows(j.w, act, ref.data(), 0, j.w.n, isa);
+        for (int64_t r = 0; r < j.w.n; ++r) ASSERT_EQ(j.y[r], ref[r]) << isa_name(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(MatvecChecks, RejectsMismatchedInputs) {
+  std::mt19937 rng(3);
+  const Matrix m = random_ternary(DType::PQ2_0, 4, 256, rng, false);
+  const Matrix t1 = random_ternary(DType::PTQ1_0, 4, 256, rng, false);
+  const std::vector<float> x(128, 1.0f), x256(256, 1.0f);
+  PreparedAct narrow, only_pq2;
+  prepare_act(x.data(), 128, Precision::Faithful, narrow);
+  prepare_act(x256.data(), 256, Precision::Faithful, only_pq2, layouts_for(DType::PQ2_0));
+  std::vector<float> y(4);
+  ThreadPool pool(1);
+  EXPECT_THROW(matvec(m.view(), narrow, y.data(), pool, Isa::Scalar), Error);     // k mismatch
+  EXPECT_THROW(matvec(t1.view(), only_pq2, y.data(), pool, Isa::Scalar), Error);  // layout not prepared
+  EXPECT_THROW(matvec_rows(m.view(), only_pq2, y.data(), 0, 5, Isa::Scalar), Error);
+  const WeightView q8{DType::Q8_0, m.bytes.data(), 4, 256};
+  EXPECT_THROW(matvec(q8, only_pq2, y.data(), pool, Isa::Scalar), Error);
+  EXPECT_THROW(prepare_act(x.data(), 0, Precision::Faithful, narrow), Error);
+}
+
+TEST(PrepareAct, LayoutsHoldEveryElementOnce) {
+  // Map every lane back to its element with the layout documented in
+  // matvec.h (restated here independently of prepare_act.cpp) and check that
+  // each element appears exactly once, as q = 256·hi + lo with
+  // |q·s_b − x| ≤ s_b/2, and that corr holds −Σq of each block.
+  std::mt19937 rng(11);
+  const int64_t k = 640;  // 5 blocks of 128: the last group is half padding
+  const std::vector<float> x = make_input(Input::MixedBlocks, k, rng);
+  PreparedAct act;
+  prepare_act(x.data(), k, Precision::Faithful, act);
+  struct Geo {
+    ActLayout l;
+    int B, G, P;
+  };
+  for (Geo geo : {Geo{ActLayout::Q2x128, 128, 2, 4}, Geo{ActLayout::Q2x64, 64, 4, 4},
+                  Geo{ActLayout::Trit128, 128, 2, 5}}) {
+    const PackedAct& p = act.packed[static_cast<int>(geo.l)];
+    const int L = 64 / geo.G;
+    ASSERT_EQ(p.n_groups, (k / geo.B + geo.G - 1) / geo.G);
+    std::vector<int> seen(k, 0);
+    for (int64_t g = 0; g < p.n_groups; ++g)
+      for (int h = 0; h < geo.G; ++h) {
+        const int64_t b = g * geo.G + h;
+        const float s = p.scale.data()[g * 16 + h * (16 / geo.G)];
+        int64_t sum = 0;
+        for (int pl = 0; pl < geo.P; ++pl)
+          for (int m = 0; m < L; ++m) {
+            const int64_t idx = (g * geo.P + pl) * 64 + h * L + m;
+            const int q = 256 * p.hi.data()[idx] + p.lo.data()[idx];
+            sum += q;
+            int e = 4 * m + pl;
+            if (geo.l == ActLayout::Trit128)
+              e = m < 16               ? 16 * pl + m
+                  : m < 24             ? 80 + 8 * pl + (m - 16)
+                  : (m < 26 && pl < 4) ? 120 + 2 * pl + (m - 24)
+                                       : -1;
+            const int64_t j = b * geo.B + e;
+            if (e < 0 || j >= k) {
+              ASSERT_EQ(q, 0) << "unused lane " << idx;
+              continue;
+            }
+            ++seen[j];
+            double amax = 0;
+            for (int64_t i = b * geo.B; i < (b + 1) * geo.B; ++i)
+              amax = std::max(amax, std::fabs(double(x[i])));
+            ASSERT_NEAR(s, amax / 32639, 1e-6 * s);
+            ASSERT_LE(std::fabs(double(q) * s - x[j]), 0.501 * s) << "element " << j;
+          }
+        EXPECT_EQ(p.corr.data()[g * 16 + h * (16 / geo.G)], -sum);
+      }
+    for (int64_t j = 0; j < k; ++j)
+      ASSERT_EQ(seen[j], 1) << "element " << j << " layout " << static_cast<int>(geo.l);
+  }
+}
+
+}  // namespace
+}  // namespace bonsai::cpu
