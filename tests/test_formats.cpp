@@ -249,29 +249,37 @@ TEST(Q1_0, HandBuiltBlock) {
 }
 
 TEST(PTQ1_0, HandBuiltBlockAndTranscode) {
-  // qs[0] holds elements 0, 16, 32, 48, 64 (trits 0..4, first most significant).
-  // Trits 2,1,0,2,1 -> v = 2*81 + 1*27 + 0*9 + 2*3 + 1 = 196 -> byte ceil(256*196/243) = 207 = 0xcf.
-  // Every other qs byte holds five 1-trits (all zero weights): v = 121 -> 128 = 0x80.
-  // qh bytes hold four 1-trits and a 0 fifth trit: v = 120 -> 127 = 0x7f. d = 0x3400 = 0.25, last.
+  // Trits t = code (weight/d + 1), five per byte, first most significant:
+  // byte = ceil(256 * v / 243), v = 81 t0 + 27 t1 + 9 t2 + 3 t3 + t4.
+  // qs[0] holds elements 0, 16, 32, 48, 64: trits 2,1,0,2,1 -> v = 196 -> 0xcf.
+  // qs[16] holds 80, 88, 96, 104, 112: trits 0,2,1,1,2 -> v = 68 -> 0x48.
+  // qh[1] holds 121, 123, 125, 127 and a 0 fifth trit: trits 2,0,1,1,0 -> v = 174 -> 0xb8.
+  // Other qs bytes: five 1-trits (zero weights), v = 121 -> 0x80; qh[0]: 1,1,1,1,0 -> v = 120 -> 0x7f.
+  // d = 0x3400 = 0.25, stored last.
   auto b = hex("cf");
   b.resize(24, 0x80);
+  b[16] = 0x48;
   b.push_back(0x7f);
-  b.push_back(0x7f);
+  b.push_back(0xb8);
   b.push_back(0x00);
   b.push_back(0x34);
   float out[128];
   dequantize_row(DType::PTQ1_0, b.data(), out, 128);
   for (int j = 0; j < 128; ++j) {
-    const float want = j == 0 || j == 48 ? 0.25f : j == 32 ? -0.25f : 0.0f;
+    float want = 0;
+    if (j == 0 || j == 48 || j == 88 || j == 112 || j == 121) want = 0.25f;
+    if (j == 32 || j == 80 || j == 123) want = -0.25f;
     EXPECT_EQ(out[j], want) << j;
   }
-  // PQ2_0 form: d first, then codes; element 0 and 48 have code 2, 32 code 0, the rest 1:
-  // qs[0] = 0b01'01'01'10 = 0x56, qs[8] = 0x54, qs[12] = 0x56, others 0x55.
+  // PQ2_0 form: d first, then 2-bit codes, element j at bits 2(j%4) of qs[j/4]; code 1 (0) is 0x55 per byte.
+  // qs[0]: element 0 code 2 -> 0x56; qs[8]: element 32 code 0 -> 0x54; qs[12]: 48 -> 0x56;
+  // qs[20]: 80 code 0 -> 0x54; qs[22]: 88 -> 0x56; qs[28]: 112 -> 0x56;
+  // qs[30]: 121 code 2 (bits 2-3), 123 code 0 (bits 6-7) -> 0b00'01'10'01 = 0x19.
   auto want = hex("00 34");
   want.resize(34, 0x55);
-  want[2 + 0] = 0x56;
-  want[2 + 8] = 0x54;
-  want[2 + 12] = 0x56;
+  for (auto [q, v] :
+       {std::pair{0, 0x56}, {8, 0x54}, {12, 0x56}, {20, 0x54}, {22, 0x56}, {28, 0x56}, {30, 0x19}})
+    want[2 + q] = static_cast<uint8_t>(v);
   uint8_t pq[34];
   transcode_ptq1_to_pq2(b.data(), pq, 128);
   EXPECT_EQ(std::vector<uint8_t>(pq, pq + 34), want);
