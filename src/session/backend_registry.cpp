@@ -1,15 +1,19 @@
 #include "session/backend_registry.h"
 
 #include "bonsai/error.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "kernels/ref/ref_backend.h"
 
 namespace bonsai {
 
-std::vector<std::string> backend_names() { return {"ref"}; }
+std::vector<std::string> backend_names() { return {"ref", "fast", "fast-int8"}; }
 
 std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) {
-  (void)n_threads;
   if (path == "ref") return std::make_unique<RefBackend>();
+  // "fast": the CPU kernels at the best ISA this CPU has (BONSAI_ISA=scalar|avx2|avx512 forces one),
+  // with faithful (int16-accurate) activations; "fast-int8" trades fidelity for speed.
+  if (path == "fast" || path == "cpu") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Faithful);
+  if (path == "fast-int8") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Int8);
   std::string names;
   for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
   usage_fail("unknown compute path '{}' (available: {})", path, names);

@@ -1,0 +1,139 @@
+#include "kernels/cpu/backend_cpu.h"
+
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/fwht.h"
+#include "kernels/ref/ops.h"
+
+namespace bonsai {
+
+CpuBackend::CpuBackend(int n_threads, Isa isa, cpu::Precision precision)
+    : pool_(n_threads > 0 ? n_threads : default_thread_count()), isa_(isa), precision_(precision) {
+  name_ = fmt::format("cpu-{}{}", isa_name(isa_), precision_ == cpu::Precision::Int8 ? "-int8" : "");
+}
+
+bool CpuBackend::fast_type(DType t) {
+  switch (t) {
+    case DType::PQ2_0:
+    case DType::Q2_0_G128:
+    case DType::Q2_0_G64:
+    case DType::PTQ1_0:
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return true;
+    default: return false;
+  }
+}
+
+void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+                          bool inverse) {
+  for (int64_t r = 0; r < rows; ++r) cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
+}
+
+void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
+  if (!fast_type(w.type)) return RefBackend::matmul(w, x, y, t);
+  // Decode-shaped: one matvec per row of x (the prefill GEMM replaces this for t > 1).
+  for (int i = 0; i < t; ++i) {
+    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(w.type));
+    cpu::matvec(cpu::view_of(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
+  }
+}
+
+void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
+                              int t) {
+  uint32_t layouts = 0;
+  for (const Weight* w : ws) {
+    if (!fast_type(w->type) || w->k != ws[0]->k) return Backend::matmul_multi(ws, x, ys, t);
+    layouts |= cpu::layouts_for(w->type);
+  }
+  std::vector<cpu::MatvecJob> jobs(ws.size());
+  for (int i = 0; i < t; ++i) {
+    const int64_t k = ws[0]->k;
+    cpu::prepare_act(x + i * k, k, precision_, act_, layouts);
+    for (size_t j = 0; j < ws.size(); ++j) jobs[j] = {cpu::view_of(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
+    cpu::matvec_multi(jobs, act_, pool_, isa_);
+  }
+}
+
+void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+                           const AttentionShape& s) {
+  // One task per (token, head): softmax(q·Kᵀ)·V over that head's causal window, f32 like the reference.
+  const int d = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
+  pool_.parallel_for(static_cast<int64_t>(t) * s.n_head, [&](int64_t task, int) {
+    const int i = static_cast<int>(task / s.n_head), h = static_cast<int>(task % s.n_head), hk = h / group;
+    const int n_kv = pos0 + i + 1;
+    const float* qh = q + task * d;
+    std::vector<float> w(static_cast<size_t>(n_kv));
+    float mx = -INFINITY;
+    for (int p = 0; p < n_kv; ++p) {
+      const float* kp = k_cache + p * kv_stride + hk * d;
+      float dot = 0;
+      for (int e = 0; e < d; ++e) dot += qh[e] * kp[e];
+      w[p] = dot * s.scale;
+      mx = std::max(mx, w[p]);
+    }
+    float sum = 0;
+    for (int p = 0; p < n_kv; ++p) sum += (w[p] = std::exp(w[p] - mx));
+    const float inv = 1.0f / sum;
+    float* oh = out + task * d;
+    for (int e = 0; e < d; ++e) oh[e] = 0;
+    for (int p = 0; p < n_kv; ++p) {
+      const float* vp = v_cache + p * kv_stride + hk * d;
+      const float wp = w[p] * inv;
+      for (int e = 0; e < d; ++e) oh[e] += wp * vp[e];
+    }
+  });
+}
+
+void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
+                                const GdnShape& s) {
+  // Tokens are sequential; value heads are independent: one task per head, the
+  // state [d_k][d_v] swept twice per token (decay + Sᵀk, then update + Sᵀq).
+  const int64_t qk = static_cast<int64_t>(s.n_k) * s.d_k;
+  const int64_t width = 2 * qk + static_cast<int64_t>(s.n_v) * s.d_v;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(s.d_k));
+  pool_.parallel_for(s.n_v, [&](int64_t h, int) {
+    const int hk = static_cast<int>(h % s.n_k);
+    std::vector<float> q(s.d_k), k(s.d_k), kv(s.d_v);
+    float* S = state + h * s.d_k * s.d_v;
+    for (int i = 0; i < t; ++i) {
+      const float* ci = conv + i * width;
+      auto l2 = [&](const float* src, float* dst, float extra) {
+        float ss = 0;
+        for (int a = 0; a < s.d_k; ++a) ss += src[a] * src[a];
+        const float sc = extra / std::max(std::sqrt(ss), s.eps);
+        for (int a = 0; a < s.d_k; ++a) dst[a] = src[a] * sc;
+      };
+      l2(ci + hk * s.d_k, q.data(), q_scale);
+      l2(ci + qk + hk * s.d_k, k.data(), 1.0f);
+      const float* v = ci + 2 * qk + h * s.d_v;
+      const float decay = std::exp(g[i * s.n_v + h]), b = beta[i * s.n_v + h];
+      std::fill(kv.begin(), kv.end(), 0.0f);
+      for (int a = 0; a < s.d_k; ++a) {
+        float* Sa = S + a * s.d_v;
+        const float ka = k[a];
+        for (int e = 0; e < s.d_v; ++e) {
+          Sa[e] *= decay;
+          kv[e] += Sa[e] * ka;
+        }
+      }
+      for (int e = 0; e < s.d_v; ++e) kv[e] = b * (v[e] - kv[e]);
+      float* o = out + (static_cast<int64_t>(i) * s.n_v + h) * s.d_v;
+      std::fill(o, o + s.d_v, 0.0f);
+      for (int a = 0; a < s.d_k; ++a) {
+        float* Sa = S + a * s.d_v;
+        const float ka = k[a], qa = q[a];
+        for (int e = 0; e < s.d_v; ++e) {
+          Sa[e] += ka * kv[e];
+          o[e] += Sa[e] * qa;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace bonsai

@@ -1,0 +1,41 @@
+// The fast CPU backend: ternary matvec kernels on the mapped weights
+// (kernels/cpu/matvec.h), AVX2 FWHT, and threaded attention / delta rule. Ops
+// whose cost is negligible next to the weight stream (norms, gates, conv,
+// elementwise) are inherited from the reference backend unchanged.
+#pragma once
+
+#include <memory>
+
+#include "kernels/cpu/matvec.h"
+#include "kernels/ref/ref_backend.h"
+#include "runtime/thread_pool.h"
+
+namespace bonsai {
+
+class CpuBackend : public RefBackend {
+ public:
+  CpuBackend(int n_threads, Isa isa, cpu::Precision precision);
+  std::string_view name() const override { return name_; }
+
+  void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+                bool inverse) override;
+  void matmul(const Weight& w, const float* x, float* y, int t) override;
+  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys, int t) override;
+  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+                 const AttentionShape& s) override;
+  void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
+                      const GdnShape& s) override;
+
+  ThreadPool& pool() { return pool_; }
+  Isa isa() const { return isa_; }
+
+ private:
+  static bool fast_type(DType t);
+  ThreadPool pool_;
+  Isa isa_;
+  cpu::Precision precision_;
+  cpu::PreparedAct act_;  // reused across calls: prepare_act allocates nothing in steady state
+  std::string name_;
+};
+
+}  // namespace bonsai
