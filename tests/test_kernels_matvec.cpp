@@ -327,6 +327,11 @@ TEST(MatvecChecks, RejectsMismatchedInputs) {
   const WeightView q8{DType::Q8_0, m.bytes.data(), 4, 256};
   EXPECT_THROW(matvec(q8, only_pq2, y.data(), pool, Isa::Scalar), Error);
   EXPECT_THROW(prepare_act(x.data(), 0, Precision::Faithful, narrow), Error);
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> xb(256, 1.0f);
+    xb[201] = bad;  // inside the second block, off the 4-wide SIMD boundary
+    EXPECT_THROW(prepare_act(xb.data(), 256, Precision::Faithful, narrow), Error) << bad;
+  }
 }
 
 TEST(PrepareAct, LayoutsHoldEveryElementOnce) {

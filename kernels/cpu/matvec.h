@@ -101,6 +101,10 @@ struct PreparedAct {
   uint32_t layouts = 0;    // which `packed` entries are valid
   AlignedBuffer<float> x;  // [k] the activation as given (float-weight matvecs)
   PackedAct packed[kNumActLayouts];
+  // prepare_act's scratch (natural-order q, per-block s and Σq), kept to avoid allocations.
+  AlignedBuffer<int16_t> q_scratch;
+  AlignedBuffer<float> s_scratch;
+  AlignedBuffer<int32_t> sum_scratch;
 };
 
 // Quantize x[0..k) once for every layout in `layouts` (default: all ternary

@@ -1,117 +1,161 @@
 // Activation preparation: per-block quantization and the permuted layouts the
 // ternary kernels read (see the Numerics / Layouts notes in matvec.h).
+//
+// Written as plain loops the compiler vectorises for the baseline ISA (the
+// amax search uses SSE2 where available): prepare_act runs once per
+// activation site per token, ~1 ns per element.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "bonsai/error.h"
 #include "kernels/cpu/matvec.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace bonsai::cpu {
 namespace {
-
-// Geometry of a layout family: G blocks of B elements per group, P planes of
-// 64 byte lanes, L = 64 / G lanes per block in each plane.
-struct Family {
-  int B, G, P, L;
-};
-constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4, 32}, {64, 4, 4, 16}, {128, 2, 5, 32}};
-
-// Element (within its block) that lane m of plane p holds, or -1 for an unused lane.
-constexpr int element_of(ActLayout l, int p, int m) {
-  if (l != ActLayout::Trit128) return 4 * m + p;  // 2-bit codes: byte m >> 2p
-  // PTQ1_0: trit p of byte m; qs[0..15] hold 16p+m, qs[16..23] 80+8p+m', qh[0..1] 120+2p+h (4 trits).
-  if (m < 16) return 16 * p + m;
-  if (m < 24) return 80 + 8 * p + (m - 16);
-  if (m < 26 && p < 4) return 120 + 2 * p + (m - 24);
-  return -1;
-}
-
-// For each byte of a group (plane p, lane i), the element offset within the
-// group (h·B + e) or -1.
-using GroupTable = std::array<int16_t, 5 * 64>;
-constexpr GroupTable make_table(ActLayout l) {
-  GroupTable t{};
-  const Family f = kFamilies[static_cast<int>(l)];
-  for (int p = 0; p < 5; ++p)
-    for (int i = 0; i < 64; ++i) {
-      const int h = i / f.L, m = i % f.L;
-      const int e = p < f.P ? element_of(l, p, m) : -1;
-      t[p * 64 + i] = static_cast<int16_t>(e < 0 ? -1 : h * f.B + e);
-    }
-  return t;
-}
-constexpr GroupTable kTables[kNumActLayouts] = {make_table(ActLayout::Q2x128), make_table(ActLayout::Q2x64),
-                                                make_table(ActLayout::Trit128)};
 
 // Largest |q|: 32639 = 127·256 + 127 keeps hi = (q + 128) >> 8 within int8.
 constexpr int kQFaithful = 32639;
 constexpr int kQInt8 = 127;
 
-// q[b·B + j] = round(x / s_b), s[b] = amax_b / Q, sum[b] = Σ_j q (zero-padded past k).
-void quantize_blocks(const float* x, int64_t k, int B, int Q, std::vector<int16_t>& q, std::vector<float>& s,
-                     std::vector<int32_t>& sum) {
+// max |x| over n values; NaN propagates (the bit patterns of |x| order like
+// the values as int32, with NaN above infinity), so callers can reject it.
+float abs_max(const float* x, int64_t n) {
+  int64_t j = 0;
+  int32_t m = 0;
+#if defined(__SSE2__)
+  const __m128i abs_mask = _mm_set1_epi32(0x7FFFFFFF);
+  __m128i m4 = _mm_setzero_si128();
+  for (; j + 4 <= n; j += 4) {
+    const __m128i v = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + j)), abs_mask);
+    const __m128i gt = _mm_cmpgt_epi32(v, m4);
+    m4 = _mm_or_si128(_mm_and_si128(gt, v), _mm_andnot_si128(gt, m4));
+  }
+  alignas(16) int32_t t[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(t), m4);
+  m = std::max(std::max(t[0], t[1]), std::max(t[2], t[3]));
+#endif
+  for (; j < n; ++j) {
+    int32_t v;
+    std::memcpy(&v, x + j, 4);
+    m = std::max(m, v & 0x7FFFFFFF);
+  }
+  float f;
+  std::memcpy(&f, &m, 4);
+  return f;
+}
+
+// q[j] = round(x[j] · inv) for |x · inv| ≤ Q < 2^22: adding and removing
+// 1.5·2^23 rounds to nearest even in float (vectorises; lrint does not).
+int32_t round_block(const float* x, int64_t n, float inv, int16_t* q) {
+  constexpr float kMagic = 12582912.0f;
+  int32_t sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float r = (x[j] * inv + kMagic) - kMagic;
+    const int v = static_cast<int>(r);
+    q[j] = static_cast<int16_t>(v);
+    sum += v;
+  }
+  return sum;
+}
+
+// q[b·B + j] = round(x / s_b), s[b] = amax_b / Q, sum[b] = Σ_j q (zero past k).
+void quantize_blocks(const float* x, int64_t k, int B, int Q, int16_t* q, float* s, int32_t* sum) {
   const int64_t nb = (k + B - 1) / B;
-  q.assign(nb * B, 0);
-  s.assign(nb, 0.0f);
-  sum.assign(nb, 0);
+  std::memset(q, 0, nb * B * sizeof(int16_t));
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t j0 = b * B, n = std::min<int64_t>(B, k - j0);
-    float amax = 0.0f;
-    for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j0 + j]));
-    if (!(amax > 0.0f)) continue;  // all zero (or NaN): the block contributes nothing
-    if (!std::isfinite(amax)) fail("prepare_act: activation element in block {} is not finite", b);
+    const float amax = abs_max(x + j0, n);
+    s[b] = 0.0f;
+    sum[b] = 0;
+    if (!std::isfinite(amax)) fail("prepare_act: activation block {} holds a non-finite value", b);
+    if (amax == 0.0f) continue;  // all zero: the block contributes nothing
     s[b] = amax / static_cast<float>(Q);
-    // The inverse in double: Q / amax overflows float for amax below ~1e-34.
     const double inv = static_cast<double>(Q) / static_cast<double>(amax);
-    int32_t acc = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      long v = std::lrint(static_cast<double>(x[j0 + j]) * inv);
-      v = std::clamp<long>(v, -Q, Q);
-      q[j0 + j] = static_cast<int16_t>(v);
-      acc += static_cast<int32_t>(v);
+    if (inv < 1e30) {
+      // |x·inv| ≤ Q(1 + 2^-23): rounds to at most Q.
+      sum[b] = round_block(x + j0, n, static_cast<float>(inv), q + j0);
+    } else {  // amax below ~1e-26: keep the inverse in double
+      int32_t acc = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const long v = std::clamp<long>(std::lrint(static_cast<double>(x[j0 + j]) * inv), -Q, Q);
+        q[j0 + j] = static_cast<int16_t>(v);
+        acc += static_cast<int32_t>(v);
+      }
+      sum[b] = acc;
     }
-    sum[b] = acc;
   }
 }
 
-void pack(ActLayout l, bool faithful, int64_t nb, const std::vector<int16_t>& q, const std::vector<float>& s,
-          const std::vector<int32_t>& sum, PackedAct& out) {
+// The halves of q: hi = ⌊(q + 128) / 256⌋, lo = q − 256·hi ∈ [−128, 127].
+inline int8_t hi_of(int v) { return static_cast<int8_t>((v + 128) >> 8); }
+inline int8_t lo_of(int v) { return static_cast<int8_t>(v - 256 * ((v + 128) >> 8)); }
+
+// Writes plane bytes: dst_hi[i] / dst_lo[i] from q[src[i]] (faithful) or q itself (int8).
+template <int kLanes, class Src>
+inline void emit(const int16_t* q, bool faithful, int8_t* dst_hi, int8_t* dst_lo, Src src) {
+  if (faithful) {
+    for (int i = 0; i < kLanes; ++i) {
+      const int v = src(i) < 0 ? 0 : q[src(i)];
+      dst_hi[i] = hi_of(v);
+      dst_lo[i] = lo_of(v);
+    }
+  } else {
+    for (int i = 0; i < kLanes; ++i) dst_hi[i] = static_cast<int8_t>(src(i) < 0 ? 0 : q[src(i)]);
+  }
+}
+
+// Geometry of a layout family: G blocks of B elements per group, P planes of
+// 64 byte lanes, 64 / G lanes per block in each plane.
+struct Family {
+  int B, G, P;
+};
+constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}};
+
+void pack(ActLayout l, bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
+          PackedAct& out) {
   const Family f = kFamilies[static_cast<int>(l)];
-  const GroupTable& table = kTables[static_cast<int>(l)];
   const int64_t ng = (nb + f.G - 1) / f.G;
-  const int plane_bytes = f.P * 64;
+  const int group_bytes = f.P * 64;
   out.n_groups = ng;
-  out.hi.resize(ng * plane_bytes);
-  out.lo.resize(faithful ? ng * plane_bytes : 0);
+  out.hi.resize(ng * group_bytes);
+  out.lo.resize(faithful ? ng * group_bytes : 0);
   out.corr.resize(ng * 16);
   out.scale.resize(ng * 16);
+  std::memset(out.hi.data(), 0, ng * group_bytes);
+  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
   const int lanes32 = 16 / f.G;  // int32 lanes per block
   for (int64_t g = 0; g < ng; ++g) {
-    int8_t* hi = out.hi.data() + g * plane_bytes;
-    int8_t* lo = faithful ? out.lo.data() + g * plane_bytes : nullptr;
-    const int64_t base = g * f.G * f.B;
-    for (int i = 0; i < plane_bytes; ++i) {
-      const int off = table[i];
-      const int v = (off < 0 || base + off >= nb * f.B) ? 0 : q[base + off];
-      if (faithful) {
-        const int h = (v + 128) >> 8;  // floor: lo = v - 256 h in [-128, 127]
-        hi[i] = static_cast<int8_t>(h);
-        lo[i] = static_cast<int8_t>(v - 256 * h);
-      } else {
-        hi[i] = static_cast<int8_t>(v);
-      }
-    }
-    int32_t* corr = out.corr.data() + g * 16;
-    float* scale = out.scale.data() + g * 16;
     for (int h = 0; h < f.G; ++h) {
       const int64_t b = g * f.G + h;
-      const bool real = b < nb;
-      for (int i = 0; i < lanes32; ++i) {
-        corr[h * lanes32 + i] = (i == 0 && real) ? -sum[b] : 0;
-        scale[h * lanes32 + i] = real ? s[b] : 0.0f;
+      int32_t* corr = out.corr.data() + g * 16 + h * lanes32;
+      float* scale = out.scale.data() + g * 16 + h * lanes32;
+      for (int i = 0; i < lanes32; ++i) corr[i] = 0, scale[i] = b < nb ? s[b] : 0.0f;
+      if (b >= nb) continue;  // padding block: zero activation, scale and correction
+      corr[0] = -sum[b];
+      const int16_t* qb = q + b * f.B;
+      for (int p = 0; p < f.P; ++p) {
+        const int64_t off = (g * f.P + p) * 64 + h * (64 / f.G);
+        int8_t* dh = out.hi.data() + off;
+        int8_t* dl = faithful ? out.lo.data() + off : nullptr;
+        switch (l) {
+          case ActLayout::Q2x128:  // lane m of plane p: element 4m + p
+            emit<32>(qb, faithful, dh, dl, [p](int m) { return 4 * m + p; });
+            break;
+          case ActLayout::Q2x64:
+            emit<16>(qb, faithful, dh, dl, [p](int m) { return 4 * m + p; });
+            break;
+          case ActLayout::Trit128:  // trit p of byte m (see matvec.h); lanes 26..31 unused
+            emit<16>(qb, faithful, dh, dl, [p](int m) { return 16 * p + m; });
+            emit<8>(qb, faithful, dh + 16, dl ? dl + 16 : nullptr, [p](int m) { return 80 + 8 * p + m; });
+            if (p < 4)
+              emit<2>(qb, faithful, dh + 24, dl ? dl + 24 : nullptr, [p](int m) { return 120 + 2 * p + m; });
+            break;
+        }
       }
     }
   }
@@ -142,16 +186,20 @@ void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& ou
   std::memcpy(out.x.data(), x, k * sizeof(float));
   const bool faithful = precision == Precision::Faithful;
   const int Q = faithful ? kQFaithful : kQInt8;
-  std::vector<int16_t> q;
-  std::vector<float> s;
-  std::vector<int32_t> sum;
   for (int B : {128, 64}) {
     bool quantized = false;
+    const int64_t nb = (k + B - 1) / B;
     for (int l = 0; l < kNumActLayouts; ++l) {
       if (!(out.layouts & (1u << l)) || kFamilies[l].B != B) continue;
-      if (!quantized) quantize_blocks(x, k, B, Q, q, s, sum);
-      quantized = true;
-      pack(static_cast<ActLayout>(l), faithful, static_cast<int64_t>(s.size()), q, s, sum, out.packed[l]);
+      if (!quantized) {
+        out.q_scratch.resize(nb * B);
+        out.s_scratch.resize(nb);
+        out.sum_scratch.resize(nb);
+        quantize_blocks(x, k, B, Q, out.q_scratch.data(), out.s_scratch.data(), out.sum_scratch.data());
+        quantized = true;
+      }
+      pack(static_cast<ActLayout>(l), faithful, nb, out.q_scratch.data(), out.s_scratch.data(),
+           out.sum_scratch.data(), out.packed[l]);
     }
   }
 }

@@ -1,0 +1,127 @@
+// Ternary matvec at every distinct Bonsai 2 27B shape (K × N), as stored
+// (PQ2_0, PTQ1_0), faithful and int8 activations, weights streamed from DRAM.
+// Each reports bytes processed = weight bytes read, so GB/s ÷ read_bandwidth
+// (same run) is the fraction of memory bandwidth the kernel reaches.
+//
+// Weights are random bytes with sane fp16 scales; for each benchmark a buffer
+// of ≥ 256 MiB holds enough copies of the matrix that every timed pass reads
+// weights no cache holds (only one such buffer is alive at a time).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "bonsai/formats.h"
+#include "kernels/cpu/matvec.h"
+#include "runtime/cpu_features.h"
+
+namespace bonsai::bench {
+namespace {
+
+using cpu::Precision;
+
+struct WeightSet {
+  DType type = DType::F32;
+  int64_t k = 0, n = 0;
+  size_t matrix_bytes = 0;
+  int copies = 0;
+  Bytes bytes;
+};
+
+// The buffer of the benchmark running now (regenerated when the shape changes).
+WeightSet& weights(DType type, int64_t k, int64_t n) {
+  static WeightSet ws;
+  if (ws.type == type && ws.k == k && ws.n == n && ws.bytes) return ws;
+  ws.bytes.reset();
+  ws.type = type, ws.k = k, ws.n = n;
+  ws.matrix_bytes = row_bytes(type, k) * n;
+  ws.copies = static_cast<int>(std::max<size_t>(2, (kColdBytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
+  const size_t total = ws.matrix_bytes * ws.copies;
+  ws.bytes = alloc_bytes(total);
+  fill_random(ws.bytes.get(), total, static_cast<uint64_t>(k * 131 + n));
+  // Replace each block's scale by a normal fp16 value (random bytes could be
+  // NaN/Inf/subnormal, which is not what real weights look like).
+  const DTypeInfo info = dtype_info(type);
+  const size_t scale_off = type == DType::PTQ1_0 ? 26 : 0;
+  const uint16_t d = f32_to_fp16(0.0123f);
+  for (size_t b = 0; b < total / info.type_size; ++b)
+    std::memcpy(ws.bytes.get() + b * info.type_size + scale_off, &d, 2);
+  return ws;
+}
+
+void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa) {
+  if (!isa_supported(isa)) {
+    state.SkipWithError("instruction set not supported by this CPU");
+    return;
+  }
+  const int64_t k = state.range(0), n = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  WeightSet& ws = weights(type, k, n);
+  std::vector<float> x(k), y(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  cpu::PreparedAct act;
+  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(type));
+  ThreadPool& tp = pool(threads);
+  int copy = 0;
+  for (auto _ : state) {
+    const cpu::WeightView w{type, ws.bytes.get() + ws.matrix_bytes * copy, n, k};
+    cpu::matvec(w, act, y.data(), tp, isa);
+    benchmark::DoNotOptimize(y.data());
+    copy = (copy + 1) % ws.copies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * ws.matrix_bytes));
+}
+
+// Every distinct K × N of the 27B: attn q (5120×12288), k/v (5120×1024), o
+// (6144×5120), GDN qkv (5120×10240), z (5120×6144), ssm_out (6144×5120),
+// gate/up (5120×17408), down (17408×5120), head (5120×248320).
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"K", "N", "threads"});
+  for (int64_t n : {10240, 6144, 12288, 1024, 17408, 248320}) b->Args({5120, n, 2});
+  b->Args({6144, 5120, 2});
+  b->Args({17408, 5120, 2});
+  b->UseRealTime();
+}
+
+void shapes_1t(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"K", "N", "threads"});
+  b->Args({5120, 17408, 1});
+  b->UseRealTime();
+}
+
+BENCHMARK_CAPTURE(BM_matvec, pq2_faithful, DType::PQ2_0, Precision::Faithful, Isa::Avx512)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512)->Apply(shapes);
+// The AVX2 baseline on the same machine, and single-thread figures.
+BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_avx2, DType::PQ2_0, Precision::Faithful, Isa::Avx2)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_avx2, DType::PTQ1_0, Precision::Faithful, Isa::Avx2)
+    ->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_1t, DType::PQ2_0, Precision::Faithful, Isa::Avx512)
+    ->Apply(shapes_1t);
+BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_1t, DType::PTQ1_0, Precision::Faithful, Isa::Avx512)
+    ->Apply(shapes_1t);
+
+void BM_prepare_act(benchmark::State& state, Precision prec) {
+  const int64_t k = state.range(0);
+  std::vector<float> x(k);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  cpu::PreparedAct act;
+  for (auto _ : state) {
+    cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(DType::PQ2_0));
+    benchmark::DoNotOptimize(act.packed[0].hi.data());
+  }
+  state.SetItemsProcessed(state.iterations() * k);
+}
+BENCHMARK_CAPTURE(BM_prepare_act, faithful, Precision::Faithful)->Arg(5120)->Arg(17408);
+
+}  // namespace
+}  // namespace bonsai::bench
