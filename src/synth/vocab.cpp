@@ -118,14 +118,20 @@ SynthVocab build_synth_vocab(uint32_t n_vocab) {
   }
   // Plain BPE training: merge the most frequent adjacent pair (ties: smaller
   // left id, then smaller right id) until the vocab is full or no pair is left.
+  // Pair counts are kept up to date incrementally: only the words holding the
+  // merged pair are recounted (same result as recounting everything).
   std::unordered_map<uint64_t, int64_t> pairs;
-  while (v.tokens.size() < n_regular) {
-    pairs.clear();
-    for (const Word& w : words)
-      for (size_t i = 0; i + 1 < w.sym.size(); ++i)
-        pairs[(uint64_t{static_cast<uint32_t>(w.sym[i])} << 32) | static_cast<uint32_t>(w.sym[i + 1])] +=
-            w.count;
-    if (pairs.empty()) break;
+  auto pair_key = [](int32_t x, int32_t y) {
+    return (uint64_t{static_cast<uint32_t>(x)} << 32) | static_cast<uint32_t>(y);
+  };
+  auto count_word = [&](const Word& w, int64_t sign) {
+    for (size_t i = 0; i + 1 < w.sym.size(); ++i) {
+      const uint64_t key = pair_key(w.sym[i], w.sym[i + 1]);
+      if ((pairs[key] += sign * w.count) == 0) pairs.erase(key);
+    }
+  };
+  for (const Word& w : words) count_word(w, 1);
+  while (v.tokens.size() < n_regular && !pairs.empty()) {
     uint64_t best = 0;
     int64_t best_n = -1;
     for (const auto& [key, n] : pairs)
@@ -147,6 +153,10 @@ SynthVocab build_synth_vocab(uint32_t n_vocab) {
       ++v.n_learned;
     }
     for (Word& w : words) {
+      bool has = false;
+      for (size_t i = 0; i + 1 < w.sym.size() && !has; ++i) has = w.sym[i] == a && w.sym[i + 1] == b;
+      if (!has) continue;
+      count_word(w, -1);
       size_t o = 0;
       for (size_t i = 0; i < w.sym.size(); ++i) {
         if (i + 1 < w.sym.size() && w.sym[i] == a && w.sym[i + 1] == b) {
@@ -157,6 +167,7 @@ SynthVocab build_synth_vocab(uint32_t n_vocab) {
         }
       }
       w.sym.resize(o);
+      count_word(w, 1);
     }
     std::erase_if(words, [](const Word& w) { return w.sym.size() < 2; });
   }
