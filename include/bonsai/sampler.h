@@ -62,6 +62,9 @@ class Sampler {
   uint64_t seed() const { return seed_; }  // the seed in use (resolved when random)
   const SamplerParams& params() const { return p_; }
   size_t history_size() const { return history_.size(); }
+  // The recorded tokens, oldest first (chat's /regen saves and restores them).
+  const std::deque<int32_t>& history() const { return history_; }
+  void set_history(std::deque<int32_t> h);
 
  private:
   bool penalties_active() const;

@@ -46,6 +46,11 @@ void Sampler::accept(int32_t id) {
   while (history_.size() > last_n_) history_.pop_front();
 }
 
+void Sampler::set_history(std::deque<int32_t> h) {
+  history_ = std::move(h);
+  while (history_.size() > last_n_) history_.pop_front();
+}
+
 bool Sampler::penalties_active() const {
   return last_n_ > 0 && !history_.empty() &&
          (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f);

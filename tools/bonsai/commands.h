@@ -9,5 +9,7 @@ void add_inspect(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_gate(CLI::App& app);
 void add_tokenize(CLI::App& app);
+void add_run(CLI::App& app);
+void add_chat(CLI::App& app);
 
 }  // namespace bonsai::cli

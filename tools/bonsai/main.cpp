@@ -4,6 +4,9 @@
 // never as a stack trace or an abort.
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/core.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -22,8 +25,16 @@ int main(int argc, char** argv) {
   bonsai::cli::add_synth(app);
   bonsai::cli::add_gate(app);
   bonsai::cli::add_tokenize(app);
+  bonsai::cli::add_run(app);
+  bonsai::cli::add_chat(app);
   try {
-    app.parse(argc, argv);
+    // llama.cpp spells --system-prompt "-sys"; CLI11 has no multi-letter
+    // single-dash options, so it is renamed here.
+    std::string sys_long = "--system-prompt";
+    std::vector<char*> args(argv, argv + argc);
+    for (auto& a : args)
+      if (std::string_view(a) == "-sys") a = sys_long.data();
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / the parse error
     return rc == 0 ? 0 : 2;      // every command-line mistake is a usage error (exit 2)
