@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   bonsai::cli::add_inspect(app);
   bonsai::cli::add_synth(app);
   bonsai::cli::add_gate(app);
+  bonsai::cli::add_bench(app);
   bonsai::cli::add_tokenize(app);
   bonsai::cli::add_run(app);
   bonsai::cli::add_chat(app);

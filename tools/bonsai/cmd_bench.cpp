@@ -1,0 +1,185 @@
+// bonsai bench — llama-bench-shaped throughput measurement.
+//   bonsai bench -m M.gguf [-p 512] [-n 128] [-r 5] [-t 1,2] [--path fast] [-o md|json|csv]
+// Each (model, path, threads, test) runs r repetitions after one warm-up; t/s is
+// mean ± sample std. Decode rows also give the weight bytes streamed per second
+// (bytes read per token × t/s) and that as a fraction of this machine's read
+// bandwidth, measured in the same run.
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bonsai/error.h"
+#include "bonsai/model.h"
+#include "bonsai/session.h"
+#include "commands.h"
+#include "runtime/bandwidth.h"
+#include "runtime/thread_pool.h"
+
+namespace bonsai::cli {
+namespace {
+
+struct BenchCli {
+  std::vector<std::string> models;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  int reps = 5;
+  std::vector<int> threads;
+  std::vector<std::string> paths{"fast"};
+  std::string output = "md";
+  bool no_bandwidth = false;
+};
+
+struct Row {
+  std::string model, path, test;
+  uint64_t size = 0, params = 0;
+  int threads = 0;
+  double mean = 0, std = 0;       // tokens per second
+  double weight_gbs = 0, bw_frac = 0;  // decode only
+};
+
+// Bytes of weights one decode step reads: every tensor except the embedding
+// table, of which only one row is gathered (unless it is also the tied head).
+uint64_t bytes_per_token(const Model& m) {
+  uint64_t b = 0;
+  const bool tied = m.config().tied_output;
+  for (const auto& t : m.file().tensors()) {
+    if (t.name == "token_embd.weight" && !tied) b += t.nbytes / std::max<uint64_t>(1, t.dim(1));
+    else b += t.nbytes;
+  }
+  return b;
+}
+
+std::string human_size(uint64_t b) { return fmt::format("{:.2f} GiB", b / 1073741824.0); }
+std::string human_params(uint64_t n) {
+  if (n >= 1000000000ull) return fmt::format("{:.2f} B", n / 1e9);
+  return fmt::format("{:.2f} M", n / 1e6);
+}
+
+void run(const BenchCli& o) {
+  if (o.reps < 1) usage_fail("-r/--repetitions must be >= 1 (got {})", o.reps);
+  for (int p : o.n_prompt)
+    if (p < 0) usage_fail("-p/--n-prompt values must be >= 0 (got {})", p);
+  for (int n : o.n_gen)
+    if (n < 0) usage_fail("-n/--n-gen values must be >= 0 (got {})", n);
+  std::vector<int> threads = o.threads.empty() ? std::vector<int>{default_thread_count()} : o.threads;
+  for (int t : threads)
+    if (t < 1 || t > 1024) usage_fail("-t/--threads values must be in [1, 1024] (got {})", t);
+  if (o.output != "md" && o.output != "json" && o.output != "csv")
+    usage_fail("-o/--output must be md, json or csv (got '{}')", o.output);
+
+  double bw = 0;
+  if (!o.no_bandwidth) {
+    ThreadPool pool(default_thread_count());
+    fmt::print(stderr, "measuring read bandwidth ({} threads, 1 GiB) ...\n", pool.size());
+    bw = measure_read_bandwidth(pool);
+    fmt::print(stderr, "read bandwidth: {:.2f} GB/s\n", bw / 1e9);
+  }
+  std::vector<Row> rows;
+  for (const auto& path : o.models) {
+    fmt::print(stderr, "loading {} ...\n", path);
+    auto model = Model::load(path);
+    const ModelConfig& c = model->config();
+    const uint64_t bpt = bytes_per_token(*model);
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.n_vocab) - 1);
+    for (const auto& p : o.paths)
+      for (int nt : threads) {
+        struct Test {
+          std::string name;
+          int n;
+          bool prompt;
+        };
+        std::vector<Test> tests;
+        for (int n : o.n_prompt)
+          if (n > 0) tests.push_back({fmt::format("pp{}", n), n, true});
+        for (int n : o.n_gen)
+          if (n > 0) tests.push_back({fmt::format("tg{}", n), n, false});
+        int max_n = 1;
+        for (const auto& t : tests) max_n = std::max(max_n, t.n);
+        SessionOptions so;
+        so.path = p;
+        so.n_threads = nt;
+        so.n_ctx = max_n + 1;
+        Session s(*model, so);
+        for (const auto& t : tests) {
+          std::vector<int32_t> toks(static_cast<size_t>(t.n));
+          for (auto& x : toks) x = tok(rng);
+          auto once = [&] {
+            s.reset();
+            auto t0 = std::chrono::steady_clock::now();
+            if (t.prompt) s.prefill(toks);
+            else
+              for (int32_t x : toks) s.decode(x);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          };
+          fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, t.name);
+          std::fflush(stderr);
+          once();
+          std::vector<double> tps;
+          for (int r = 0; r < o.reps; ++r) {
+            tps.push_back(t.n / once());
+            fmt::print(stderr, " {:.2f}", tps.back());
+            std::fflush(stderr);
+          }
+          fmt::print(stderr, " t/s\n");
+          Row row{model->path(), p, t.name, model->weight_bytes(), model->n_params(), nt};
+          for (double v : tps) row.mean += v / tps.size();
+          for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
+          row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
+          if (!t.prompt) {
+            row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
+            row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
+          }
+          rows.push_back(row);
+        }
+      }
+  }
+
+  if (o.output == "json") {
+    nlohmann::json j;
+    j["read_bandwidth_gbs"] = bw / 1e9;
+    for (const auto& r : rows)
+      j["results"].push_back({{"model", r.model}, {"size", r.size}, {"params", r.params}, {"backend", r.path},
+                              {"threads", r.threads}, {"test", r.test}, {"t/s", r.mean}, {"t/s_std", r.std},
+                              {"weight_gbs", r.weight_gbs}, {"bandwidth_fraction", r.bw_frac}});
+    fmt::print("{}\n", j.dump(1));
+    return;
+  }
+  if (o.output == "csv") {
+    fmt::print("model,size,params,backend,threads,test,ts_mean,ts_std,weight_gbs,bandwidth_fraction\n");
+    for (const auto& r : rows)
+      fmt::print("{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path, r.threads,
+                 r.test, r.mean, r.std, r.weight_gbs, r.bw_frac);
+    return;
+  }
+  if (bw > 0) fmt::print("read bandwidth (measured in this run): {:.2f} GB/s\n\n", bw / 1e9);
+  fmt::print("| model | size | params | backend | threads | test | t/s | weight GB/s | of read BW |\n");
+  fmt::print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const auto& r : rows) {
+    std::string gbs = r.weight_gbs > 0 ? fmt::format("{:.2f}", r.weight_gbs) : "";
+    std::string frac = r.bw_frac > 0 ? fmt::format("{:.2f}", r.bw_frac) : "";
+    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
+               human_params(r.params), r.path, r.threads, r.test, r.mean, r.std, gbs, frac);
+  }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchCli>();
+  auto* cmd = app.add_subcommand("bench", "Measure prompt (ppN) and decode (tgN) throughput, llama-bench style");
+  cmd->add_option("-m,--model", o->models, "Model file(s); comma-separated or repeated")->required()->delimiter(',');
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests; 0 = none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests; 0 = none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Thread counts (default: physical cores)")->delimiter(',');
+  cmd->add_option("--path", o->paths, "Compute paths: ref, fast, fast-int8")->delimiter(',')->capture_default_str();
+  cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
+  cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace bonsai::cli
