@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "bonsai/gguf.h"
 #include "bonsai/tokenizer.h"
@@ -19,32 +20,34 @@ std::string vocab_path() {
       .string();
 }
 
+// Built once and never modified (a constant, not shared mutable state).
 struct Fixture {
-  bonsai::GgufFile file;
+  std::string path = vocab_path();
+  bool ok = std::filesystem::exists(path);
+  std::optional<bonsai::GgufFile> file;
   std::unique_ptr<bonsai::Tokenizer> tok;
   std::string text;
   std::vector<int32_t> ids;
-  explicit Fixture(const std::string& path)
-      : file(bonsai::GgufFile::open(path)), tok(bonsai::Tokenizer::from_gguf(file)) {
+  Fixture() {
+    if (!ok) return;
+    file.emplace(bonsai::GgufFile::open(path));
+    tok = bonsai::Tokenizer::from_gguf(*file);
     for (const auto& p : bonsai::testing::mixed_paragraphs(1 << 20)) text += p;
     ids = tok->encode(text, true);
   }
 };
 
-Fixture* fixture(benchmark::State& state) {
-  static std::unique_ptr<Fixture> f;  // benchmark-local, built once
-  if (!f) {
-    if (!std::filesystem::exists(vocab_path())) {
-      state.SkipWithError(("vocabulary not found: " + vocab_path()).c_str());
-      return nullptr;
-    }
-    f = std::make_unique<Fixture>(vocab_path());
+const Fixture* fixture(benchmark::State& state) {
+  static const Fixture f;
+  if (!f.ok) {
+    state.SkipWithError(("vocabulary not found: " + f.path).c_str());
+    return nullptr;
   }
-  return f.get();
+  return &f;
 }
 
 void BM_TokenizerEncode1MB(benchmark::State& state) {
-  Fixture* f = fixture(state);
+  const Fixture* f = fixture(state);
   if (!f) return;
   size_t n = 0;
   for (auto _ : state) {
@@ -58,7 +61,7 @@ void BM_TokenizerEncode1MB(benchmark::State& state) {
 BENCHMARK(BM_TokenizerEncode1MB)->Unit(benchmark::kMillisecond);
 
 void BM_TokenizerDecode1MB(benchmark::State& state) {
-  Fixture* f = fixture(state);
+  const Fixture* f = fixture(state);
   if (!f) return;
   for (auto _ : state) {
     auto text = f->tok->decode(f->ids);
