@@ -189,8 +189,8 @@ SynthVocab build_synth_vocab(uint32_t n_vocab) {
 std::string_view synth_chat_template() {
   // Qwen3-style ChatML without tools: system/user/assistant turns between
   // <|im_start|>role\n ... <|im_end|>\n; assistant reasoning in a think block;
-  // the generation prompt opens an assistant turn (an empty think block when
-  // enable_thinking is false).
+  // the generation prompt opens an assistant turn and its think block, like
+  // Qwen3.5 ("<think>\n"; an empty block when enable_thinking is false).
   static constexpr std::string_view kTemplate = R"TPL({%- for message in messages %}
     {%- if message.role == "assistant" %}
         {%- if message.reasoning_content is defined and message.reasoning_content %}
@@ -206,6 +206,8 @@ std::string_view synth_chat_template() {
     {{- '<|im_start|>assistant\n' }}
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
     {%- endif %}
 {%- endif %})TPL";
   return kTemplate;
