@@ -19,6 +19,15 @@ struct SessionOptions {
   std::string path = "ref";   // compute path: "ref" (scalar reference); fast paths add names
   int n_threads = 0;          // 0 = physical cores
   std::string dump_dir;       // when set, every named activation is written as raw f32 per position
+  bool profile = false;       // time every backend op (see Session::profile())
+};
+
+// Time spent per backend op since the last clear (SessionOptions::profile).
+struct OpProfile {
+  std::string op;             // e.g. "matmul ffn_gate+ffn_up", "gdn_recurrence"
+  double seconds = 0;
+  uint64_t calls = 0;
+  uint64_t weight_bytes = 0;  // weight bytes streamed by the op
 };
 
 // A host-memory copy of a session's state (for /regen: restore and decode again).
@@ -47,6 +56,9 @@ class Session {
   int n_ctx() const;
   const Model& model() const;
   uint64_t tokens_processed() const;  // counts every token ever fed (test hook: cache reuse)
+
+  std::vector<OpProfile> profile() const;  // empty unless SessionOptions::profile
+  void clear_profile();
 
   std::unique_ptr<SessionSnapshot> snapshot() const;
   void restore(const SessionSnapshot& s);

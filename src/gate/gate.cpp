@@ -121,7 +121,9 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
     if (o.prefill && c.n_prompt > 1) {
       // The prompt goes through prefill; only its last row is produced that way,
       // earlier rows come from a token walk of a second session (compared separately).
-      Session walk(model, SessionOptions{so.n_ctx, so.path, so.n_threads, ""});
+      SessionOptions plain = so;
+      plain.dump_dir.clear();
+      Session walk(model, plain);
       for (int i = 0; i < c.n_prompt - 1; ++i) {
         auto l = walk.decode(c.tokens[i]);
         std::copy(l.begin(), l.end(), got.begin() + static_cast<size_t>(i) * V);
@@ -178,7 +180,9 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
     }
   }
   {
-    Session s(model, SessionOptions{so.n_ctx, so.path, so.n_threads, ""});
+    SessionOptions plain = so;
+    plain.dump_dir.clear();
+    Session s(model, plain);
     std::span<const float> l;
     if (o.prefill) l = s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt));
     else

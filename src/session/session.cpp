@@ -3,12 +3,14 @@
 #include "bonsai/error.h"
 #include "model/graph.h"
 #include "session/backend_registry.h"
+#include "session/profiling_backend.h"
 
 namespace bonsai {
 
 struct Session::Impl {
   const Model& model;
   std::unique_ptr<Backend> backend;
+  ProfilingBackend* profiler = nullptr;  // == backend.get() when profiling
   std::unique_ptr<Graph> graph;
   int n_ctx = 0;
   int pos = 0;
@@ -20,6 +22,11 @@ struct Session::Impl {
     n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(c.n_ctx_train);
     if (n_ctx <= 0) usage_fail("context size must be positive (got {})", n_ctx);
     backend = create_backend(o.path, o.n_threads);
+    if (o.profile) {
+      auto p = std::make_unique<ProfilingBackend>(std::move(backend));
+      profiler = p.get();
+      backend = std::move(p);
+    }
     graph = std::make_unique<Graph>(m, *backend, n_ctx);
     if (!o.dump_dir.empty()) graph->set_dump_dir(o.dump_dir);
     logits.assign(c.n_vocab, 0.0f);
@@ -64,6 +71,17 @@ int Session::position() const { return impl_->pos; }
 int Session::n_ctx() const { return impl_->n_ctx; }
 const Model& Session::model() const { return impl_->model; }
 uint64_t Session::tokens_processed() const { return impl_->processed; }
+
+std::vector<OpProfile> Session::profile() const {
+  std::vector<OpProfile> out;
+  if (!impl_->profiler) return out;
+  for (const auto& [op, st] : impl_->profiler->stats()) out.push_back({op, st.seconds, st.calls, st.weight_bytes});
+  return out;
+}
+
+void Session::clear_profile() {
+  if (impl_->profiler) impl_->profiler->clear();
+}
 
 std::unique_ptr<SessionSnapshot> Session::snapshot() const {
   auto snap = std::make_unique<SessionSnapshot>();

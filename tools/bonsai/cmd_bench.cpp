@@ -4,6 +4,7 @@
 // mean ± sample std. Decode rows also give the weight bytes streamed per second
 // (bytes read per token × t/s) and that as a fraction of this machine's read
 // bandwidth, measured in the same run.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -30,6 +31,13 @@ struct BenchCli {
   std::vector<std::string> paths{"fast"};
   std::string output = "md";
   bool no_bandwidth = false;
+  bool profile = false;
+};
+
+struct Breakdown {
+  std::string title;
+  int tokens = 0;
+  std::vector<OpProfile> ops;
 };
 
 struct Row {
@@ -78,6 +86,7 @@ void run(const BenchCli& o) {
     fmt::print(stderr, "read bandwidth: {:.2f} GB/s\n", bw / 1e9);
   }
   std::vector<Row> rows;
+  std::vector<Breakdown> breakdowns;
   for (const auto& path : o.models) {
     fmt::print(stderr, "loading {} ...\n", path);
     auto model = Model::load(path);
@@ -134,6 +143,15 @@ void run(const BenchCli& o) {
             row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
           }
           rows.push_back(row);
+          if (o.profile && !t.prompt) {
+            // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
+            SessionOptions po = so;
+            po.profile = true;
+            Session ps(*model, po);
+            for (int32_t x : toks) ps.decode(x);
+            breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, t.name), t.n,
+                                  ps.profile()});
+          }
         }
       }
   }
@@ -164,6 +182,19 @@ void run(const BenchCli& o) {
     fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
                human_params(r.params), r.path, r.threads, r.test, r.mean, r.std, gbs, frac);
   }
+  for (auto& b : breakdowns) {
+    std::sort(b.ops.begin(), b.ops.end(), [](const OpProfile& x, const OpProfile& y) { return x.seconds > y.seconds; });
+    double total = 0;
+    for (const auto& op : b.ops) total += op.seconds;
+    fmt::print("\nper-op time of one decode step ({}; profiled run, synced per op)\n\n", b.title);
+    fmt::print("| op | calls/token | ms/token | share | weight GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (const auto& op : b.ops) {
+      std::string gbs = op.weight_bytes ? fmt::format("{:.2f}", op.weight_bytes / op.seconds / 1e9) : "";
+      fmt::print("| {} | {:.0f} | {:.3f} | {:.1f} % | {} |\n", op.op, double(op.calls) / b.tokens,
+                 op.seconds * 1e3 / b.tokens, 100.0 * op.seconds / total, gbs);
+    }
+    fmt::print("| total | | {:.3f} | 100 % | |\n", total * 1e3 / b.tokens);
+  }
 }
 
 }  // namespace
@@ -179,6 +210,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--path", o->paths, "Compute paths: ref, fast, fast-int8")->delimiter(',')->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
+  cmd->add_flag("--profile", o->profile, "After each tg test, print a per-op time breakdown (separate profiled run)");
   cmd->callback([o] { run(*o); });
 }
 
