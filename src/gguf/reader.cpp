@@ -603,69 +603,69 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 
 const GgufValue& GgufFile::get(std::string_view key) const {
   const GgufValue* v = find(key);
-  if (!v) fail("{}: missing metadata key '{}'", path_, key);
+  if (!v) fail("{}: missing metadata key '{}'", path_, printable(key));
   return *v;
 }
 
 int64_t GgufFile::get_i64(std::string_view key) const {
   const GgufValue& v = get(key);
   if (!type_is_integer(v.type))
-    fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected an integer", path_, printable(key), gguf_type_name(v.type));
   if (v.type == GgufType::U64 && v.bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    fail("{}: key '{}' = {} is out of range", path_, key, v.bits);
+    fail("{}: key '{}' = {} is out of range", path_, printable(key), v.bits);
   return v.as_i64();
 }
 
 uint64_t GgufFile::get_u64(std::string_view key) const {
   const GgufValue& v = get(key);
   if (!type_is_integer(v.type))
-    fail("{}: key '{}' has type {}, expected an integer", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected an integer", path_, printable(key), gguf_type_name(v.type));
   if (v.type == GgufType::U64) return v.bits;
   int64_t i = v.as_i64();
-  if (i < 0) fail("{}: key '{}' = {} must not be negative", path_, key, i);
+  if (i < 0) fail("{}: key '{}' = {} must not be negative", path_, printable(key), i);
   return static_cast<uint64_t>(i);
 }
 
 uint32_t GgufFile::get_u32(std::string_view key) const {
   uint64_t v = get_u64(key);
   if (v > std::numeric_limits<uint32_t>::max())
-    fail("{}: key '{}' = {} does not fit in 32 bits", path_, key, v);
+    fail("{}: key '{}' = {} does not fit in 32 bits", path_, printable(key), v);
   return static_cast<uint32_t>(v);
 }
 
 double GgufFile::get_f64(std::string_view key) const {
   const GgufValue& v = get(key);
   if (!type_is_integer(v.type) && !type_is_float(v.type))
-    fail("{}: key '{}' has type {}, expected a number", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected a number", path_, printable(key), gguf_type_name(v.type));
   return v.as_f64();
 }
 
 bool GgufFile::get_bool(std::string_view key) const {
   const GgufValue& v = get(key);
   if (v.type != GgufType::BOOL)
-    fail("{}: key '{}' has type {}, expected bool", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected bool", path_, printable(key), gguf_type_name(v.type));
   return v.bits != 0;
 }
 
 std::string_view GgufFile::get_string(std::string_view key) const {
   const GgufValue& v = get(key);
   if (v.type != GgufType::STRING)
-    fail("{}: key '{}' has type {}, expected string", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected string", path_, printable(key), gguf_type_name(v.type));
   return v.str;
 }
 
 const GgufValue& GgufFile::get_array(std::string_view key) const {
   const GgufValue& v = get(key);
   if (v.type != GgufType::ARRAY)
-    fail("{}: key '{}' has type {}, expected an array", path_, key, gguf_type_name(v.type));
+    fail("{}: key '{}' has type {}, expected an array", path_, printable(key), gguf_type_name(v.type));
   return v;
 }
 
 const GgufValue& GgufFile::get_array(std::string_view key, GgufType elem) const {
   const GgufValue& v = get_array(key);
   if (v.elem_type != elem)
-    fail("{}: key '{}' is an array of {}, expected an array of {}", path_, key, gguf_type_name(v.elem_type),
-         gguf_type_name(elem));
+    fail("{}: key '{}' is an array of {}, expected an array of {}", path_, printable(key),
+         gguf_type_name(v.elem_type), gguf_type_name(elem));
   return v;
 }
 
@@ -689,7 +689,7 @@ const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
 
 const GgufTensor& GgufFile::tensor(std::string_view name) const {
   const GgufTensor* t = find_tensor(name);
-  if (!t) fail("{}: missing tensor '{}'", path_, name);
+  if (!t) fail("{}: missing tensor '{}'", path_, printable(name));
   return *t;
 }
 
