@@ -1,8 +1,12 @@
 #include "inspect_checks.h"
 
+#include <algorithm>
+
 #include <fmt/core.h>
 
+#include "bonsai/config.h"
 #include "bonsai/error.h"
+#include "model/hadamard.h"
 
 namespace bonsai::cli {
 
@@ -21,10 +25,37 @@ std::vector<std::string> inspect_checks(const GgufFile& f) {
   else if (f.has("tokenizer.ggml.tokens"))
     out.push_back(fmt::format("tokenizer: {} ({} tokens, pre = {})", tok, f.get_array("tokenizer.ggml.tokens").count,
                               f.get_string_or("tokenizer.ggml.pre", "(none)")));
-  bool has_prism = false;
-  for (const auto& [k, v] : f.metadata())
-    if (k.rfind("prism.hadamard.", 0) == 0) has_prism = true;
-  out.push_back(has_prism ? "prism.hadamard: keys present" : "prism.hadamard: no keys (unrotated model)");
+
+  // The model-level checks the loader applies, reported instead of thrown.
+  if (f.get_string_or("general.architecture", "") != "qwen35" || f.tensors().empty()) {
+    bool has_prism = false;
+    for (const auto& [k, v] : f.metadata())
+      if (k.rfind("prism.hadamard.", 0) == 0) has_prism = true;
+    out.push_back(has_prism ? "prism.hadamard: keys present (no qwen35 model to check them against)"
+                            : "prism.hadamard: no keys");
+    return out;
+  }
+  try {
+    ModelConfig c = ModelConfig::from_gguf(f);
+    out.push_back(fmt::format("qwen35: {} layers ({} Gated DeltaNet, {} full attention), embd {}, ff {}, vocab {}{}",
+                              c.n_layer, std::count(c.recurrent.begin(), c.recurrent.end(), 1),
+                              c.n_layer - std::count(c.recurrent.begin(), c.recurrent.end(), 1), c.n_embd, c.n_ff,
+                              c.n_vocab, c.tied_output ? ", tied head" : ""));
+    auto h = HadamardSpec::parse(f);
+    if (!h) {
+      out.push_back("prism.hadamard: no keys (unrotated model)");
+    } else {
+      h->validate_against(f, c);
+      std::string widths;
+      for (const auto& [w, s] : h->signs) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+      out.push_back(fmt::format("prism.hadamard: consistent (version {}, block {}, signs {} for widths [{}], {} folded "
+                                "weights, gdn_v_grouped {}{})",
+                                h->version, h->block, h->explicit_signs ? "explicit" : "identity", widths,
+                                h->folded.size(), h->gdn_v_grouped, h->tied_output ? ", tied_output" : ""));
+    }
+  } catch (const Error& e) {
+    out.push_back(fmt::format("NOT RUNNABLE: {}", e.what()));
+  }
   return out;
 }
 
