@@ -20,6 +20,7 @@ struct SessionOptions {
   int n_threads = 0;          // 0 = physical cores
   std::string dump_dir;       // when set, every named activation is written as raw f32 per position
   bool profile = false;       // time every backend op (see Session::profile())
+  int prefill_chunk = 64;     // tokens per batched forward in prefill()
 };
 
 // Time spent per backend op since the last clear (SessionOptions::profile).
@@ -48,8 +49,13 @@ class Session {
   // the next token (valid until the next call). Throws bonsai::Error when the
   // context is full or the token id is out of range.
   std::span<const float> decode(int32_t token);
-  // Feeds several tokens (the prompt); returns the logits after the last one.
+  // Feeds several tokens (the prompt) in batches of prefill_chunk(); returns the
+  // logits after the last one. Leaves the session in the state a token-by-token
+  // walk would.
   std::span<const float> prefill(std::span<const int32_t> tokens);
+  // Same, and writes the logits of every fed position ([tokens.size()][n_vocab]).
+  void prefill(std::span<const int32_t> tokens, std::span<float> all_logits);
+  int prefill_chunk() const;
 
   void reset();
   int position() const;

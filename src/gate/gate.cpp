@@ -118,18 +118,10 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
   {
     Session s(model, so);
     int start = 0;
-    if (o.prefill && c.n_prompt > 1) {
-      // The prompt goes through prefill; only its last row is produced that way,
-      // earlier rows come from a token walk of a second session (compared separately).
-      SessionOptions plain = so;
-      plain.dump_dir.clear();
-      Session walk(model, plain);
-      for (int i = 0; i < c.n_prompt - 1; ++i) {
-        auto l = walk.decode(c.tokens[i]);
-        std::copy(l.begin(), l.end(), got.begin() + static_cast<size_t>(i) * V);
-      }
-      auto l = s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt));
-      std::copy(l.begin(), l.end(), got.begin() + static_cast<size_t>(c.n_prompt - 1) * V);
+    if (o.prefill) {
+      // Prompt positions come from the batched prefill, the rest from decode.
+      s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt),
+                std::span<float>(got.data(), static_cast<size_t>(c.n_prompt) * V));
       start = c.n_prompt;
     }
     for (int i = start; i < T; ++i) {

@@ -203,6 +203,7 @@ void Graph::hadamard_site(const float* x, float* y, int64_t k, int t) {
 }
 
 void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits) {
+  if (pos0 + t > state_.n_ctx) fail("context full: {} positions needed, n_ctx = {}", pos0 + t, state_.n_ctx);
   ensure_scratch(t);
   Scratch& s = *s_;
   const int64_t E = c_.n_embd;
@@ -232,6 +233,7 @@ void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, 
     name("l_out", l, s.x, E, t, pos0);
   }
 
+  if (!logits_host) return;  // a prefill chunk whose logits nobody reads: skip the head
   // Head: only the rows whose logits are wanted.
   const int first = all_logits ? 0 : t - 1;
   const int rows = t - first;
@@ -289,8 +291,6 @@ void Graph::attention_layer(int il, int t, int pos0) {
   const LayerWeights& L = w_.layers[il];
   const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv), D = static_cast<int>(c_.head_dim_k);
   const int64_t HD = prod(H, D), KV = prod(HKV, D);
-  if (pos0 + t > state_.n_ctx) fail("context full: {} positions needed, n_ctx = {}", pos0 + t, state_.n_ctx);
-
   const Weight* proj[] = {&L.attn_q, &L.attn_k, &L.attn_v};
   float* proj_out[] = {s.qf, s.k, s.v};
   be_.matmul_multi(proj, s.xr, proj_out, t);

@@ -31,7 +31,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   // Runs t tokens at positions pos0..pos0+t-1 and writes logits to host memory:
-  // all t rows ([t][n_vocab]) when all_logits, else only the last row.
+  // all t rows ([t][n_vocab]) when all_logits, else only the last row; none
+  // (the head is skipped) when logits_host is nullptr.
   void forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits);
   void reset_state();
   GraphState& state() { return state_; }

@@ -1,5 +1,7 @@
 #include "bonsai/session.h"
 
+#include <algorithm>
+
 #include "bonsai/error.h"
 #include "model/graph.h"
 #include "session/backend_registry.h"
@@ -14,6 +16,7 @@ struct Session::Impl {
   std::unique_ptr<Graph> graph;
   int n_ctx = 0;
   int pos = 0;
+  int chunk = 64;
   uint64_t processed = 0;
   std::vector<float> logits;  // [n_vocab] after the last token
 
@@ -21,6 +24,9 @@ struct Session::Impl {
     const ModelConfig& c = m.config();
     n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(c.n_ctx_train);
     if (n_ctx <= 0) usage_fail("context size must be positive (got {})", n_ctx);
+    if (o.prefill_chunk < 1 || o.prefill_chunk > 4096)
+      usage_fail("prefill chunk must be in [1, 4096] (got {})", o.prefill_chunk);
+    chunk = o.prefill_chunk;
     backend = create_backend(o.path, o.n_threads);
     if (o.profile) {
       auto p = std::make_unique<ProfilingBackend>(std::move(backend));
@@ -52,15 +58,39 @@ std::span<const float> Session::decode(int32_t token) {
 }
 
 std::span<const float> Session::prefill(std::span<const int32_t> tokens) {
-  Impl& s = *impl_;
-  if (tokens.empty()) return s.logits;
-  for (int32_t t : tokens) s.check_token(t);
-  if (s.pos + static_cast<int>(tokens.size()) > s.n_ctx)
-    fail("context full: {} prompt tokens at position {} exceed n_ctx = {}", tokens.size(), s.pos, s.n_ctx);
-  // Token by token for now; the batched prefill path replaces this loop.
-  for (int32_t t : tokens) decode(t);
-  return s.logits;
+  prefill(tokens, {});
+  return impl_->logits;
 }
+
+void Session::prefill(std::span<const int32_t> tokens, std::span<float> all_logits) {
+  Impl& s = *impl_;
+  const size_t V = s.model.config().n_vocab;
+  if (tokens.empty()) return;
+  if (!all_logits.empty() && all_logits.size() != tokens.size() * V)
+    fail("prefill: logits buffer holds {} floats, {} tokens need {}", all_logits.size(), tokens.size(),
+         tokens.size() * V);
+  for (int32_t t : tokens) s.check_token(t);
+  if (s.pos + static_cast<int64_t>(tokens.size()) > s.n_ctx)
+    fail("context full: {} prompt tokens at position {} exceed n_ctx = {}", tokens.size(), s.pos, s.n_ctx);
+  // Chunks bound the activation memory ([chunk][width] per buffer) while each
+  // weight is still streamed once per chunk instead of once per token.
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(s.chunk)) {
+    const int t = static_cast<int>(std::min(tokens.size() - at, static_cast<size_t>(s.chunk)));
+    const bool last = at + static_cast<size_t>(t) == tokens.size();
+    if (!all_logits.empty()) {
+      s.graph->forward(tokens.data() + at, t, s.pos, all_logits.data() + at * V, true);
+      if (last) std::copy_n(all_logits.data() + (at + t - 1) * V, V, s.logits.data());
+    } else if (last) {
+      s.graph->forward(tokens.data() + at, t, s.pos, s.logits.data(), false);
+    } else {
+      s.graph->forward(tokens.data() + at, t, s.pos, nullptr, false);
+    }
+    s.pos += t;
+    s.processed += static_cast<uint64_t>(t);
+  }
+}
+
+int Session::prefill_chunk() const { return impl_->chunk; }
 
 void Session::reset() {
   impl_->graph->reset_state();
