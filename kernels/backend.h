@@ -85,6 +85,31 @@ class Backend {
   // [rows][parts][d] -> part p as [rows][d] (e.g. split attn_q's per-head query|gate).
   virtual void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) = 0;
 
+  // ---- fused activation sites ---------------------------------------------------
+  // Defaults compose the ops above; a backend overrides them to do the work in
+  // one pass (one launch on a GPU). block == 0 means an unrotated model: the
+  // "rotated" output is then a copy of its input.
+  //
+  // x_out = x + delta (delta may be nullptr: x_out = x; x_out may alias x),
+  // normed = rmsnorm(x_out)·gain (kept: ssm_alpha/beta read it un-rotated),
+  // rotated = FWHT_B(s ⊙ normed)/√B — the input of every folded linear after a norm.
+  virtual void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                                  const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                                  int64_t n, float eps) {
+    if (delta) add(x, delta, x_out, rows * n);
+    else if (x_out != x) copy(x_out, x, static_cast<size_t>(rows * n));
+    rmsnorm(x_out, gain, normed, rows, n, eps);
+    if (block > 0) hadamard(normed, signs, rotated, rows, n, block, false);
+    else copy(rotated, normed, static_cast<size_t>(rows * n));
+  }
+  // act = silu(gate) ⊙ up; rotated = FWHT_B(s ⊙ act)/√B (the input of ffn_down).
+  virtual void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                           float* rotated, int64_t rows, int64_t n) {
+    swiglu(gate, up, act, rows * n);
+    if (block > 0) hadamard(act, signs, rotated, rows, n, block, false);
+    else copy(rotated, act, static_cast<size_t>(rows * n));
+  }
+
   // ---- full attention ---------------------------------------------------------
   // NeoX rotate-half RoPE on the first n_rot dims of each head, positions pos0 + i for row i.
   virtual void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) = 0;
@@ -92,6 +117,10 @@ class Backend {
   // [0, pos0+t) of k_cache / v_cache ([n_ctx][n_head_kv][d]); out [t][n_head][d].
   virtual void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
                          const AttentionShape& s) = 0;
+  // cache rows [pos0, pos0+t) of width `width` = src [t][width] (the KV-cache append).
+  virtual void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
+    copy(cache + static_cast<int64_t>(pos0) * width, src, static_cast<size_t>(width) * t);
+  }
 
   // ---- gated delta net -------------------------------------------------------------
   // Depthwise causal conv over the last `taps` inputs of each channel, then SiLU.
@@ -110,6 +139,20 @@ class Backend {
   // y = rmsnorm(o)·w ⊙ silu(z) per head of width d (w: F32 length d). rows = t·heads.
   virtual void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
                              float eps) = 0;
+
+  // ---- recorded decode steps (optional; GPU backends: one CUDA graph per step) ----------
+  // A decode step issues the same ops on the same buffers every time; only pos0 and the
+  // token ids change. replay_step() runs the recorded step for new tokens/pos0 and returns
+  // true, or returns false when there is no recording. Then the caller may call
+  // begin_capture(); if it returns true, the ops issued until end_capture() are recorded
+  // (and run by end_capture()). Ops that depend on pos0 or the token ids (embed, rope,
+  // store_rows, attention) read them from backend memory while recording, so one
+  // recording serves every position. A recording is dropped when a buffer is released
+  // or by drop_capture() (which also abandons a capture in progress).
+  virtual bool replay_step(const int32_t* tokens, int t, int pos0) { return false; }
+  virtual bool begin_capture(const int32_t* tokens, int t, int pos0) { return false; }
+  virtual void end_capture() {}
+  virtual void drop_capture() {}
 };
 
 }  // namespace bonsai

@@ -89,6 +89,34 @@ TEST_P(CpuBackendOps, DeltaRuleMatchesReference) {
   EXPECT_LT(max_rel_diff(sa, sb), 1e-5);
 }
 
+TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
+  RefBackend ref_be;
+  const int64_t n = 384, rows = 3, block = 128;
+  auto x = randn(rows * n, 20), d = randn(rows * n, 21), g = randn(n, 22), s = randn(n, 23);
+  for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
+  Weight gain;
+  gain.type = DType::F32;
+  gain.k = n;
+  gain.n = 1;
+  gain.data = reinterpret_cast<const uint8_t*>(g.data());
+  for (bool with_delta : {true, false})
+    for (int64_t b : {block, int64_t{0}}) {
+      std::vector<float> xo1(rows * n), xo2(rows * n), n1(rows * n), n2(rows * n), r1(rows * n), r2(rows * n);
+      be_->residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo1.data(), gain, s.data(), b, n1.data(),
+                              r1.data(), rows, n, 1e-6f);
+      ref_be.residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo2.data(), gain, s.data(), b, n2.data(),
+                                r2.data(), rows, n, 1e-6f);
+      EXPECT_EQ(xo1, xo2);  // same f32 operations in the same order
+      EXPECT_EQ(n1, n2);
+      EXPECT_EQ(r1, r2);
+    }
+  std::vector<float> a1(rows * n), a2(rows * n), r1(rows * n), r2(rows * n);
+  be_->swiglu_site(x.data(), d.data(), a1.data(), s.data(), block, r1.data(), rows, n);
+  ref_be.swiglu_site(x.data(), d.data(), a2.data(), s.data(), block, r2.data(), rows, n);
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(r1, r2);
+}
+
 INSTANTIATE_TEST_SUITE_P(IsaThreads, CpuBackendOps,
                          ::testing::Combine(::testing::Values(Isa::Avx2, Isa::Avx512), ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<Param>& p) {

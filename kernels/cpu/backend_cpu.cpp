@@ -1,5 +1,6 @@
 #include "kernels/cpu/backend_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -31,6 +32,49 @@ bool CpuBackend::fast_type(DType t) {
 void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
                           bool inverse) {
   for (int64_t r = 0; r < rows; ++r) cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
+}
+
+void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                                    const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                                    int64_t n, float eps) {
+  // One pass adds the residual and accumulates Σx², a second writes the normed
+  // row; the FWHT then runs on the (cache-hot) row. Same f32 operations as the
+  // reference ops in the same order, so results are bit-identical to them.
+  const float* gw = gain.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* xo = x_out + r * n;
+    float ss = 0;
+    if (delta) {
+      const float* dr = delta + r * n;
+      for (int64_t i = 0; i < n; ++i) {
+        xo[i] = xr[i] + dr[i];
+        ss += xo[i] * xo[i];
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        xo[i] = xr[i];
+        ss += xo[i] * xo[i];
+      }
+    }
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    float* nr = normed + r * n;
+    for (int64_t i = 0; i < n; ++i) nr[i] = xo[i] * scale * gw[i];
+    if (block > 0) cpu::hadamard_row(nr, signs, rotated + r * n, n, block, false, isa_);
+    else std::copy(nr, nr + n, rotated + r * n);
+  }
+}
+
+void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                             float* rotated, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate + r * n;
+    const float* u = up + r * n;
+    float* a = act + r * n;
+    for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
+    if (block > 0) cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
+    else std::copy(a, a + n, rotated + r * n);
+  }
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {

@@ -16,7 +16,6 @@ struct Graph::Scratch {
   float *conv, *g, *beta, *o, *fo, *fog, *fr;
   float *qf, *q, *qgate, *k, *v, *att, *attr;  // attention
   float *fg, *fu, *fa, *far, *ffo;       // FFN
-  float *hn, *hr;                         // final norm / rotated for the head
   float* logits;                          // [t][V]
 };
 
@@ -83,7 +82,7 @@ Graph::~Graph() {
   if (s_) {
     for (float* p : {s_->x, s_->h, s_->xn, s_->xr, s_->mix, s_->qkv, s_->z, s_->alpha, s_->beta_in, s_->conv, s_->g,
                      s_->beta, s_->o, s_->fo, s_->fog, s_->fr, s_->qf, s_->q, s_->qgate, s_->k, s_->v, s_->att,
-                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->hn, s_->hr, s_->logits})
+                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->logits})
       rel(p);
   }
   for (auto& L : w_.layers)
@@ -101,7 +100,7 @@ void Graph::ensure_scratch(int t) {
   if (s_) {
     for (float* p : {s_->x, s_->h, s_->xn, s_->xr, s_->mix, s_->qkv, s_->z, s_->alpha, s_->beta_in, s_->conv, s_->g,
                      s_->beta, s_->o, s_->fo, s_->fog, s_->fr, s_->qf, s_->q, s_->qgate, s_->k, s_->v, s_->att,
-                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->hn, s_->hr, s_->logits})
+                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->logits})
       be_.release(p);
   }
   s_ = std::make_unique<Scratch>();
@@ -114,7 +113,6 @@ void Graph::ensure_scratch(int t) {
   s_->conv = a(C); s_->g = a(NV); s_->beta = a(NV); s_->o = a(DI); s_->fo = a(DI); s_->fog = a(DI); s_->fr = a(DI);
   s_->qf = a(2 * HD); s_->q = a(HD); s_->qgate = a(HD); s_->k = a(KV); s_->v = a(KV); s_->att = a(HD); s_->attr = a(HD);
   s_->fg = a(F); s_->fu = a(F); s_->fa = a(F); s_->far = a(F); s_->ffo = a(E);
-  s_->hn = a(E); s_->hr = a(E);
   s_->logits = a(c_.n_vocab);
 }
 
@@ -196,10 +194,13 @@ void Graph::hadamard_site(const float* x, float* y, int64_t k, int t) {
     be_.copy(y, x, static_cast<size_t>(k) * t);
     return;
   }
-  const float* signs = nullptr;
+  be_.hadamard(x, signs_for(k), y, t, k, block_, /*inverse=*/false);
+}
+
+const float* Graph::signs_for(int64_t k) const {
   for (const auto& [w, p] : signs_)
-    if (w == k) signs = p;
-  be_.hadamard(x, signs, y, t, k, block_, /*inverse=*/false);
+    if (w == k) return p;
+  return nullptr;  // identity sign mode (or unrotated model)
 }
 
 void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits) {
@@ -209,39 +210,40 @@ void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, 
   const int64_t E = c_.n_embd;
   be_.embed(w_.tok_embd, tokens, t, s.xn);
   if (block_ != 0) {
-    const float* signs = nullptr;
-    for (const auto& [w, p] : signs_)
-      if (w == E) signs = p;
-    be_.hadamard(s.xn, signs, s.x, t, E, block_, /*inverse=*/true);  // e = s ⊙ FWHT(z)/√B
+    be_.hadamard(s.xn, signs_for(E), s.x, t, E, block_, /*inverse=*/true);  // e = s ⊙ FWHT(z)/√B
   } else {
     be_.copy(s.x, s.xn, static_cast<size_t>(E) * t);
   }
   name("inp_embd", -1, s.x, E, t, pos0);
 
+  // Each residual-add + RMSNorm + sign + FWHT is one fused site: before layer 0,
+  // in the middle of each layer (post_attention_norm) and at its end (the next
+  // layer's attn_norm, or output_norm for the head).
+  const float* signs_e = signs_for(E);
+  be_.residual_norm_site(s.x, nullptr, s.x, w_.layers[0].attn_norm, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
+  name("attn_norm", 0, s.xn, E, t, pos0);
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     const int l = static_cast<int>(il);
-    be_.rmsnorm(s.x, L.attn_norm, s.xn, t, E, c_.rms_eps);
-    name("attn_norm", l, s.xn, E, t, pos0);
-    hadamard_site(s.xn, s.xr, E, t);
     if (L.recurrent) gdn_layer(l, t, pos0);
     else attention_layer(l, t, pos0);
-    be_.add(s.x, s.mix, s.h, E * t);
+    be_.residual_norm_site(s.x, s.mix, s.h, L.post_norm, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
     name("attn_residual", l, s.h, E, t, pos0);
+    name("attn_post_norm", l, s.xn, E, t, pos0);
     ffn(l, t, pos0);
-    be_.add(s.h, s.ffo, s.x, E * t);
+    const bool last = il + 1 == c_.n_layer;
+    const Weight& next_gain = last ? w_.output_norm : w_.layers[il + 1].attn_norm;
+    be_.residual_norm_site(s.h, s.ffo, s.x, next_gain, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
     name("l_out", l, s.x, E, t, pos0);
+    if (last) name("result_norm", -1, s.xn, E, t, pos0);
+    else name("attn_norm", l + 1, s.xn, E, t, pos0);
   }
 
   if (!logits_host) return;  // a prefill chunk whose logits nobody reads: skip the head
   // Head: only the rows whose logits are wanted.
   const int first = all_logits ? 0 : t - 1;
   const int rows = t - first;
-  const float* x_last = s.x + static_cast<int64_t>(first) * E;
-  be_.rmsnorm(x_last, w_.output_norm, s.hn, rows, E, c_.rms_eps);
-  name("result_norm", -1, s.hn, E, rows, pos0 + first);
-  hadamard_site(s.hn, s.hr, E, rows);
-  be_.matmul(w_.output, s.hr, s.logits, rows);
+  be_.matmul(w_.output, s.xr + static_cast<int64_t>(first) * E, s.logits, rows);
   name("result_output", -1, s.logits, c_.n_vocab, rows, pos0 + first);
   be_.to_host(logits_host, s.logits, static_cast<size_t>(rows) * c_.n_vocab);
 }
@@ -316,18 +318,15 @@ void Graph::attention_layer(int il, int t, int pos0) {
 }
 
 void Graph::ffn(int il, int t, int pos0) {
+  // Input: s.xr = rotated post_attention_norm(h), produced by the fused site.
   Scratch& s = *s_;
   const LayerWeights& L = w_.layers[il];
   const int64_t E = c_.n_embd, F = c_.n_ff;
-  be_.rmsnorm(s.h, L.post_norm, s.xn, t, E, c_.rms_eps);
-  name("attn_post_norm", il, s.xn, E, t, pos0);
-  hadamard_site(s.xn, s.xr, E, t);
   const Weight* proj[] = {&L.ffn_gate, &L.ffn_up};
   float* proj_out[] = {s.fg, s.fu};
   be_.matmul_multi(proj, s.xr, proj_out, t);
-  be_.swiglu(s.fg, s.fu, s.fa, F * t);
+  be_.swiglu_site(s.fg, s.fu, s.fa, signs_for(F), block_, s.far, t, F);
   name("ffn_swiglu", il, s.fa, F, t, pos0);
-  hadamard_site(s.fa, s.far, F, t);
   be_.matmul(L.ffn_down, s.far, s.ffo, t);
   name("ffn_out", il, s.ffo, E, t, pos0);
 }

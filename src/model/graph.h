@@ -47,6 +47,7 @@ class Graph {
   void ensure_scratch(int t);
   void name(const char* what, int layer, const float* p, int64_t width, int t, int pos0);
   void hadamard_site(const float* x, float* y, int64_t k, int t);
+  const float* signs_for(int64_t k) const;  // backend buffer of the width-k signs, or nullptr
   void gdn_layer(int il, int t, int pos0);
   void attention_layer(int il, int t, int pos0);
   void ffn(int il, int t, int pos0);
