@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/fwht.h"
 #include "kernels/ref/ops.h"
 
@@ -104,33 +105,8 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
 
 void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
                            const AttentionShape& s) {
-  // One task per (token, head): softmax(q·Kᵀ)·V over that head's causal window, f32 like the reference.
-  const int d = s.head_dim, group = s.n_head / s.n_head_kv;
-  const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
-  pool_.parallel_for(static_cast<int64_t>(t) * s.n_head, [&](int64_t task, int) {
-    const int i = static_cast<int>(task / s.n_head), h = static_cast<int>(task % s.n_head), hk = h / group;
-    const int n_kv = pos0 + i + 1;
-    const float* qh = q + task * d;
-    std::vector<float> w(static_cast<size_t>(n_kv));
-    float mx = -INFINITY;
-    for (int p = 0; p < n_kv; ++p) {
-      const float* kp = k_cache + p * kv_stride + hk * d;
-      float dot = 0;
-      for (int e = 0; e < d; ++e) dot += qh[e] * kp[e];
-      w[p] = dot * s.scale;
-      mx = std::max(mx, w[p]);
-    }
-    float sum = 0;
-    for (int p = 0; p < n_kv; ++p) sum += (w[p] = std::exp(w[p] - mx));
-    const float inv = 1.0f / sum;
-    float* oh = out + task * d;
-    for (int e = 0; e < d; ++e) oh[e] = 0;
-    for (int p = 0; p < n_kv; ++p) {
-      const float* vp = v_cache + p * kv_stride + hk * d;
-      const float wp = w[p] * inv;
-      for (int e = 0; e < d; ++e) oh[e] += wp * vp[e];
-    }
-  });
+  if (isa_ == Isa::Scalar) return RefBackend::attention(q, k_cache, v_cache, out, t, pos0, s);
+  cpu::attention_avx2(q, k_cache, v_cache, out, t, pos0, s, pool_);
 }
 
 void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,

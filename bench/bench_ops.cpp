@@ -1,0 +1,77 @@
+// Non-matvec decode ops at Bonsai 2 27B shapes, on the fast CPU backend:
+// the FWHT site (5120 / 6144 / 17408 wide, block 1024), the GDN delta-rule step
+// (48 value heads × 128×128 fp32 state), and attention over the KV cache
+// (24 query heads, 4 KV heads, head dim 256) at several cache lengths. Each
+// reports the bytes it must touch, so GB/s compares with BM_read_bandwidth.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/backend_cpu.h"
+#include "runtime/cpu_features.h"
+
+namespace bonsai::bench {
+namespace {
+
+CpuBackend& backend(int threads) {
+  static std::unique_ptr<CpuBackend> b[3];
+  if (!b[threads]) b[threads] = std::make_unique<CpuBackend>(threads, select_isa(), cpu::Precision::Faithful);
+  return *b[threads];
+}
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void BM_fwht_site(benchmark::State& state) {
+  const int64_t k = state.range(0), block = 1024;
+  auto x = randn(k, 1), s = randn(k, 2), y = std::vector<float>(k);
+  for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
+  CpuBackend& be = backend(1);
+  for (auto _ : state) {
+    be.hadamard(x.data(), s.data(), y.data(), 1, k, block, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * k * 3 * 4);  // read x and signs, write y
+}
+BENCHMARK(BM_fwht_site)->Arg(5120)->Arg(6144)->Arg(17408);
+
+void BM_gdn_step(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  GdnShape s{16, 48, 128, 128, 1e-6f};
+  const int64_t width = 2 * 16 * 128 + 48 * 128;
+  auto conv = randn(width, 3), g = randn(48, 4), beta = randn(48, 5);
+  for (auto& v : g) v = -std::fabs(v) * 0.1f;
+  for (auto& v : beta) v = 0.5f;
+  std::vector<float> st(48 * 128 * 128, 0.01f), out(48 * 128);
+  CpuBackend& be = backend(threads);
+  for (auto _ : state) {
+    be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data(), out.data(), 1, s);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(st.size()) * 4 * 2);  // state read + written
+}
+BENCHMARK(BM_gdn_step)->Arg(1)->Arg(2)->UseRealTime();
+
+void BM_attention_decode(benchmark::State& state) {
+  const int n_kv = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
+  AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  auto kc = randn(static_cast<size_t>(n_kv) * 4 * 256, 6), vc = randn(static_cast<size_t>(n_kv) * 4 * 256, 7);
+  auto q = randn(24 * 256, 8);
+  std::vector<float> out(24 * 256);
+  CpuBackend& be = backend(threads);
+  for (auto _ : state) {
+    be.attention(q.data(), kc.data(), vc.data(), out.data(), 1, n_kv - 1, s);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(kc.size() + vc.size()) * 4);
+}
+BENCHMARK(BM_attention_decode)->ArgsProduct({{128, 1024, 4096}, {1, 2}})->UseRealTime();
+
+}  // namespace
+}  // namespace bonsai::bench
