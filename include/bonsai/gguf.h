@@ -12,14 +12,16 @@
 // ne is in ggml order: ne[0] is the fastest-varying (for a weight, K).
 //
 // Validation happens once in GgufFile::open before anything is used: every read
-// is bounds-checked against the mapped size; counts are checked against the
-// bytes that remain (so a huge count fails before any allocation); keys and
-// tensor names must be valid UTF-8 and unique; each tensor's type must be known,
-// ne[0] divisible by its block size, the element count must not overflow, and
-// its bytes must lie inside the data section, aligned and not overlapping
-// another tensor. Q2_0's layout (g128 vs g64) is resolved from the space the
-// tensor occupies. Every failure throws bonsai::Error naming the file and the
-// offending key or tensor.
+// is bounds-checked against the mapped size; no count is trusted for
+// allocation (reservations are capped by what the file can hold, array counts
+// are checked against the bytes that remain); keys and tensor names must be
+// valid UTF-8 and unique; each tensor's type must be known, ne[0] divisible by
+// its block size, the element count must not overflow, and its bytes must lie
+// inside the data section, aligned and not overlapping another tensor. Q2_0's
+// layout (g128 vs g64) is resolved from the space the tensor occupies. Every
+// failure throws one bonsai::Error naming the file and the offending key,
+// tensor or header field (names escaped, so the message is one line). The full
+// list of rules is in docs/formats.md.
 #pragma once
 
 #include <cstdint>
