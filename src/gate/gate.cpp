@@ -123,6 +123,17 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
       s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt),
                 std::span<float>(got.data(), static_cast<size_t>(c.n_prompt) * V));
       start = c.n_prompt;
+      // The same build's token walk over the prompt, for the prefill-vs-walk difference.
+      SessionOptions plain = so;
+      plain.dump_dir.clear();
+      Session walk(model, plain);
+      r.prefill_vs_walk = 0;
+      for (int i = 0; i < c.n_prompt; ++i) {
+        auto l = walk.decode(c.tokens[i]);
+        for (int v = 0; v < V; ++v)
+          r.prefill_vs_walk = std::max(r.prefill_vs_walk,
+                                       std::fabs(static_cast<double>(l[v]) - got[static_cast<size_t>(i) * V + v]));
+      }
     }
     for (int i = start; i < T; ++i) {
       auto l = s.decode(c.tokens[i]);

@@ -34,6 +34,7 @@ struct GateCaseResult {
   double max_abs_diff = 0, max_abs_ref = 0, min_cosine = 1, min_margin = 0;
   int continuation_len = 0, continuation_match = 0;  // greedy free-run tokens matching, before the first miss
   int continuation_required = 0;    // tokens that must match under the criteria
+  double prefill_vs_walk = -1;    // --prefill: max |Δlogit| between prefill and a token walk of the prompt
   double seconds = 0;
   bool pass = false;
   std::string why;                  // first failed criterion

@@ -40,6 +40,7 @@ void run(GateCli& g) {
                             {"min_cosine", r.min_cosine}, {"min_ref_margin", r.min_margin},
                             {"continuation_len", r.continuation_len}, {"continuation_match", r.continuation_match},
                             {"continuation_required", r.continuation_required}, {"seconds", r.seconds},
+                            {"prefill_vs_walk_max_abs_diff", r.prefill_vs_walk},
                             {"pass", r.pass}, {"why", r.why}});
     fmt::print("{}\n", j.dump(1));
   } else {
@@ -53,6 +54,9 @@ void run(GateCli& g) {
                  r.positions, r.argmax_agree, r.positions, r.low_margin_rows, r.max_abs_diff, tol, r.min_cosine,
                  r.continuation_match, r.continuation_len, r.seconds, r.pass ? "PASS" : "FAIL: " + r.why);
     }
+    if (o.prefill)
+      for (const auto& r : results)
+        fmt::print("{:<26} prefill vs token walk (same build): max|dlogit| {:.3e}\n", r.name, r.prefill_vs_walk);
     size_t n_pass = 0;
     for (const auto& r : results) n_pass += r.pass;
     fmt::print("\n{} of {} cases passed\n", n_pass, results.size());
