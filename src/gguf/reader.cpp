@@ -406,7 +406,7 @@ std::string GgufValue::summary(size_t max_items) const {
 
 std::string GgufTensor::shape_str() const {
   std::string s = "{";
-  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  for (size_t i = 0; i < ne.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", ne[i]);
   return s + "}";
 }
 

@@ -3,10 +3,19 @@
 #include "bonsai/error.h"
 #include "kernels/cpu/backend_cpu.h"
 #include "kernels/ref/ref_backend.h"
+#if BONSAI_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace bonsai {
 
-std::vector<std::string> backend_names() { return {"ref", "fast", "fast-int8"}; }
+std::vector<std::string> backend_names() {
+#if BONSAI_HAVE_CUDA
+  return {"ref", "fast", "fast-int8", "cuda"};
+#else
+  return {"ref", "fast", "fast-int8"};
+#endif
+}
 
 std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) {
   if (path == "ref") return std::make_unique<RefBackend>();
@@ -14,8 +23,12 @@ std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) 
   // with faithful (int16-accurate) activations; "fast-int8" trades fidelity for speed.
   if (path == "fast" || path == "cpu") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Faithful);
   if (path == "fast-int8") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Int8);
+#if BONSAI_HAVE_CUDA
+  // "cuda": device 0 (CUDA_VISIBLE_DEVICES picks another); fails when no device is usable.
+  if (path == "cuda") return std::make_unique<CudaBackend>(0);
+#endif
   std::string names;
-  for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const auto& n : backend_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
   usage_fail("unknown compute path '{}' (available: {})", path, names);
 }
 

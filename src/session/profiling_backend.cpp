@@ -52,7 +52,8 @@ void ProfilingBackend::matmul_multi(std::span<const Weight* const> ws, const flo
   std::string key = "matmul ";
   uint64_t bytes = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
-    key += (i ? "+" : "") + weight_kind(ws[i]->name);
+    if (i) key += '+';
+    key += weight_kind(ws[i]->name);
     bytes += ws[i]->nbytes;
   }
   timed(key, bytes, [&] { inner_->matmul_multi(ws, x, ys, t); });

@@ -42,7 +42,7 @@ PreTokenizer::PreTokenizer(std::string_view pre, const std::string& path) {
   const char* re = regex_for(pre);
   if (!re) {
     std::string list;
-    for (auto s : Tokenizer::kSupportedPre) list += (list.empty() ? "" : ", ") + std::string(s);
+    for (auto s : Tokenizer::kSupportedPre) list += fmt::format("{}{}", list.empty() ? "" : ", ", s);
     fail("{}: tokenizer.ggml.pre is '{}'; supported pre-tokenizers: {}", path, pre, list);
   }
   int err = 0;

@@ -209,7 +209,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   const std::string_view pre = f.get_string_or("tokenizer.ggml.pre", "");
   if (pre.empty()) {
     std::string list;
-    for (auto s : kSupportedPre) list += (list.empty() ? "" : ", ") + std::string(s);
+    for (auto s : kSupportedPre) list += fmt::format("{}{}", list.empty() ? "" : ", ", s);
     fail("{}: key 'tokenizer.ggml.pre' is missing; supported pre-tokenizers: {}", path, list);
   }
   t->pre_ = std::string(pre);

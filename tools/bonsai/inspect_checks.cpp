@@ -47,7 +47,7 @@ std::vector<std::string> inspect_checks(const GgufFile& f) {
     } else {
       h->validate_against(f, c);
       std::string widths;
-      for (const auto& [w, s] : h->signs) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+      for (const auto& [w, s] : h->signs) widths += fmt::format("{}{}", widths.empty() ? "" : ", ", w);
       out.push_back(fmt::format("prism.hadamard: consistent (version {}, block {}, signs {} for widths [{}], {} folded "
                                 "weights, gdn_v_grouped {}{})",
                                 h->version, h->block, h->explicit_signs ? "explicit" : "identity", widths,
