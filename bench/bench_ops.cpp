@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/gdn_chunked.h"
 #include "runtime/cpu_features.h"
 
 namespace bonsai::bench {
@@ -57,6 +58,26 @@ void BM_gdn_step(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(st.size()) * 4 * 2);  // state read + written
 }
 BENCHMARK(BM_gdn_step)->Arg(1)->Arg(2)->UseRealTime();
+
+// A 64-token prompt chunk through one 27B GDN layer: token walk vs chunked (WY) form.
+void BM_gdn_prefill64(benchmark::State& state) {
+  const bool chunked = state.range(0) != 0;
+  const int t = 64;
+  GdnShape s{16, 48, 128, 128, 1e-6f};
+  const int64_t width = 2 * 16 * 128 + 48 * 128;
+  auto conv = randn(t * width, 3), g = randn(t * 48, 4), beta = randn(t * 48, 5);
+  for (auto& v : g) v = -std::fabs(v) * 0.1f;
+  for (auto& v : beta) v = 0.5f;
+  std::vector<float> st(48 * 128 * 128, 0.01f), out(t * 48 * 128);
+  CpuBackend& be = backend(2);
+  for (auto _ : state) {
+    if (chunked) cpu::gdn_recurrence_chunked(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s, 64, be.pool());
+    else be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * t);  // tokens
+}
+BENCHMARK(BM_gdn_prefill64)->Arg(0)->Arg(1)->UseRealTime();
 
 void BM_attention_decode(benchmark::State& state) {
   const int n_kv = static_cast<int>(state.range(0)), threads = static_cast<int>(state.range(1));
