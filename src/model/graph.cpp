@@ -206,6 +206,28 @@ const float* Graph::signs_for(int64_t k) const {
 void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits) {
   if (pos0 + t > state_.n_ctx) fail("context full: {} positions needed, n_ctx = {}", pos0 + t, state_.n_ctx);
   ensure_scratch(t);
+  // Head: only the rows whose logits are wanted.
+  const int first = all_logits ? 0 : t - 1;
+  const int rows = t - first;
+  // A decode step (one token, logits wanted) issues the same ops on the same buffers every
+  // time; backends that can (CUDA graphs) record it once and replay it, with pos0 and the
+  // token id read from backend memory (Backend::replay_step / begin_capture).
+  const bool step = t == 1 && logits_host && dump_dir_.empty();
+  if (!(step && be_.replay_step(tokens, t, pos0))) {
+    const bool capturing = step && be_.begin_capture(tokens, t, pos0);
+    try {
+      forward_ops(tokens, t, pos0, logits_host != nullptr, first);
+    } catch (...) {
+      if (capturing) be_.drop_capture();
+      throw;
+    }
+    if (capturing) be_.end_capture();
+  }
+  if (!logits_host) return;  // a prefill chunk whose logits nobody reads
+  be_.to_host(logits_host, s_->logits, static_cast<size_t>(rows) * c_.n_vocab);
+}
+
+void Graph::forward_ops(const int32_t* tokens, int t, int pos0, bool head, int first) {
   Scratch& s = *s_;
   const int64_t E = c_.n_embd;
   be_.embed(w_.tok_embd, tokens, t, s.xn);
@@ -239,13 +261,10 @@ void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, 
     else name("attn_norm", l + 1, s.xn, E, t, pos0);
   }
 
-  if (!logits_host) return;  // a prefill chunk whose logits nobody reads: skip the head
-  // Head: only the rows whose logits are wanted.
-  const int first = all_logits ? 0 : t - 1;
+  if (!head) return;  // a prefill chunk whose logits nobody reads: skip the head
   const int rows = t - first;
   be_.matmul(w_.output, s.xr + static_cast<int64_t>(first) * E, s.logits, rows);
   name("result_output", -1, s.logits, c_.n_vocab, rows, pos0 + first);
-  be_.to_host(logits_host, s.logits, static_cast<size_t>(rows) * c_.n_vocab);
 }
 
 void Graph::gdn_layer(int il, int t, int pos0) {
@@ -305,8 +324,8 @@ void Graph::attention_layer(int il, int t, int pos0) {
   name("Kcur_normed", il, s.k, KV, t, pos0);
   be_.rope(s.q, t, H, D, static_cast<int>(c_.n_rot), c_.rope_base, pos0);
   be_.rope(s.k, t, HKV, D, static_cast<int>(c_.n_rot), c_.rope_base, pos0);
-  be_.copy(state_.k_cache[il] + pos0 * KV, s.k, static_cast<size_t>(KV) * t);
-  be_.copy(state_.v_cache[il] + pos0 * KV, s.v, static_cast<size_t>(KV) * t);
+  be_.store_rows(state_.k_cache[il], s.k, KV, t, pos0);
+  be_.store_rows(state_.v_cache[il], s.v, KV, t, pos0);
   AttentionShape as{H, HKV, D, 1.0f / std::sqrt(static_cast<float>(D))};
   be_.attention(s.q, state_.k_cache[il], state_.v_cache[il], s.att, t, pos0, as);
   name("attn_pregate", il, s.att, HD, t, pos0);

@@ -45,6 +45,8 @@ class Graph {
  private:
   struct Scratch;
   void ensure_scratch(int t);
+  // The ops of forward(): the layers, then the head (rows first..t-1) when `head`.
+  void forward_ops(const int32_t* tokens, int t, int pos0, bool head, int first);
   void name(const char* what, int layer, const float* p, int64_t width, int t, int pos0);
   void hadamard_site(const float* x, float* y, int64_t k, int t);
   const float* signs_for(int64_t k) const;  // backend buffer of the width-k signs, or nullptr

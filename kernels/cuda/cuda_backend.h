@@ -1,0 +1,88 @@
+// The CUDA backend: every Backend op as a kernel on one stream, weights
+// uploaded once at prepare() (ternary ones repacked for the int8 tensor-core
+// matvec, kernels/cuda/tile_layout.h), and decode steps recorded once as a CUDA
+// graph and replayed (Backend::begin_capture / replay_step).
+//
+// This header is plain C++ (no CUDA types), so host code can create and use
+// the backend; it exists only in builds with BONSAI_HAVE_CUDA.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace bonsai {
+
+// Number of usable CUDA devices; 0 with the reason in *why (no driver, no device, ...).
+int cuda_device_count(std::string* why = nullptr);
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);  // throws bonsai::Error when the device is unusable
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  float* alloc(size_t n) override;
+  void release(float* p) override;
+  void to_host(float* dst_host, const float* src, size_t n) override;
+  void from_host(float* dst, const float* src_host, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void zero(float* p, size_t n) override;
+  void prepare(Weight& w) override;
+  void unprepare(Weight& w) override;
+  void sync() override;
+
+  void embed(const Weight& table, const int32_t* tokens, int t, float* out) override;
+  void rmsnorm(const float* x, const Weight& gain, float* y, int64_t rows, int64_t n, float eps) override;
+  void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+                bool inverse) override;
+  void matmul(const Weight& w, const float* x, float* y, int t) override;
+  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
+                    int t) override;
+  void add(const float* a, const float* b, float* y, int64_t n) override;
+  void swiglu(const float* gate, const float* up, float* y, int64_t n) override;
+  void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n) override;
+  void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d) override;
+  void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) override;
+  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                          const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                          int64_t n, float eps) override;
+  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                   float* rotated, int64_t rows, int64_t n) override;
+  void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
+  void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) override;
+  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+                 const AttentionShape& s) override;
+  void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
+                int taps) override;
+  void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias,
+                 float* g, float* beta, int t, int n_v) override;
+  void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
+                      const GdnShape& s) override;
+  void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
+                     float eps) override;
+
+  bool replay_step(const int32_t* tokens, int t, int pos0) override;
+  bool begin_capture(const int32_t* tokens, int t, int pos0) override;
+  void end_capture() override;
+  void drop_capture() override;
+
+  // ---- for tests and benchmarks ----
+  std::string device_name() const;
+  // Device-to-device copy rate in bytes per second (bytes read + bytes written).
+  double copy_bandwidth(size_t bytes, int reps);
+  // GPU seconds per call of `ops`: the ops are recorded once as a CUDA graph and the
+  // graph is replayed `reps` times between two events.
+  double time_recorded(const std::function<void()>& ops, int reps);
+  size_t device_bytes() const;  // weights + buffers currently allocated
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bonsai

@@ -1,0 +1,98 @@
+// Host-callable launchers of the CUDA kernels (kernels/cuda/*.cu). Every
+// pointer is device memory unless named *_host; every launch goes to `s` and
+// returns without waiting. Shapes and semantics follow kernels/backend.h; the
+// comments here only add what is specific to the device layouts.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bonsai::cuda {
+
+// Weight element formats read in their file layout (small or non-ternary tensors).
+enum class RawType : int { F32, F16, BF16, Q8_0, Q1_0, Q2_128, Q2_64 };
+
+// ---- ternary matvec (tile_layout.h) ----------------------------------------------
+struct TiledJob {
+  const uint8_t* w = nullptr;  // tiled weight, tiled_bytes(n, k, groups)
+  float* y = nullptr;          // [t][n]
+  int n = 0;                   // rows
+};
+inline constexpr int kMaxJobs = 4;
+struct TiledJobs {
+  TiledJob job[kMaxJobs];
+  int count = 0;
+};
+
+// x [t][k] (k % 128 == 0) -> xq [t][k/128][256 B], meta [t][k/128].
+void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, cudaStream_t s);
+// y_j = x · W_jᵀ for every job (same k, same groups) from the quantized activation.
+void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
+                  cudaStream_t s);
+// Raw 2-bit rows [rows][row_bytes] (PQ2_0 / Q2_0 layout; groups 1 = 128-blocks, 2 = 64-blocks) ->
+// tiles of `dst` (rows padded to a multiple of 32). `rows` counts from a multiple of 32.
+void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,
+                  cudaStream_t s);
+// y [t][n] = x [t][k] · Wᵀ for a raw weight.
+void matvec_raw(RawType type, const uint8_t* w, size_t row_bytes, int64_t n, int64_t k, const float* x,
+                float* y, int t, cudaStream_t s);
+
+// ---- embedding: tokens are device memory ----------------------------------------------
+void embed_raw(RawType type, const uint8_t* table, size_t row_bytes, int64_t k, const int32_t* tokens, int t,
+               float* out, cudaStream_t s);
+void embed_tiled(const uint8_t* table, int64_t k, int groups, const int32_t* tokens, int t, float* out,
+                 cudaStream_t s);
+
+// ---- norms and the Hadamard site ---------------------------------------------------------
+void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps, cudaStream_t s);
+void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d,
+                   float eps, cudaStream_t s);
+// Blockwise FWHT (block <= 8192). When xq is given (k % 128 == 0, block % 128 == 0) the
+// output is also quantized for matvec_tiled, saving the separate quantize launch.
+void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
+
+// hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
+void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
+                     int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
+// Backend::residual_norm_site with block > 0, n <= 12288 floats of shared memory per row
+// (x_out may alias x); rotated also quantized when xq is given.
+void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
+                        const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                        int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s);
+
+// ---- elementwise / layout ------------------------------------------------------------------
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
+void swiglu(const float* gate, const float* up, float* y, int64_t n, cudaStream_t s);
+void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n, cudaStream_t s);
+void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d, cudaStream_t s);
+void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d, cudaStream_t s);
+
+// ---- position-dependent ops: pos0 comes from *pos_dev when it is not null -----------------------
+// (a recorded decode step reads it from device memory so that one recording serves every position)
+void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0, const int* pos_dev,
+          cudaStream_t s);
+void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
+                cudaStream_t s);
+// Split-K attention: `splits` partial softmaxes per (token, head) in `part`
+// ([t][n_head][splits][head_dim + 2]), then merged into out. head_dim % 32 == 0, <= 256;
+// n_head / n_head_kv <= 8.
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
+               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+               cudaStream_t s);
+
+// ---- gated delta net ------------------------------------------------------------------------
+void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,
+              cudaStream_t s);
+void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, const float* dt_bias, float* g,
+               float* beta, int t, int n_v, cudaStream_t s);
+// d_k and d_v multiples of 32, d_k <= 1024.
+void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
+                    int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s);
+
+// Bytes per second of a device-to-device copy (read + write counted), for benchmarks.
+double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s);
+
+}  // namespace bonsai::cuda

@@ -1,0 +1,81 @@
+// Device layouts of the CUDA backend's ternary matvec, shared by the kernels
+// (kernels/cuda/*.cu) and the host-side tests that check them without a GPU.
+//
+// ---- Weights: "tiled" 2-bit codes -------------------------------------------
+// The matvec runs on the int8 tensor cores: one mma.m16n8k32 multiplies a
+// 16-row x 32-column slice of codes (A, u8) by a 32 x 8 slice of activations
+// (B, s8). A thread's A fragment is four 32-bit registers a0..a3 of four codes:
+//   a0: row g,   k = 4·tig + b        a1: row g+8, k = 4·tig + b
+//   a2: row g,   k = 16 + 4·tig + b   a3: row g+8, k = 16 + 4·tig + b
+// (lane = 4·g + tig, byte b = 0..3). The weights are repacked at load so that
+// one 32-bit word per lane and k-step holds exactly those 16 codes, register j
+// in bit pair j of each byte: a_j = (word >> 2j) & 0x03030303. The whole
+// fragment then costs one shift and one AND per register, and a lane reads its
+// four k-steps of a 128-column block as one 16-byte load.
+//
+// A "chunk" is 16 rows x 128 columns (one PQ2_0 block per row):
+//   bytes [0, 512):   codes, word (lane, step s) at byte 16·lane + 4·s
+//   bytes [512, ...): fp16 scales, `groups` (1 for 128-groups, 2 for Q2_0 g64)
+//                     sets of 8 words; word g of set `sub` = {d(row g), d(row g+8)}
+// Chunks are stored [tile][kblock]; tiles are 16 rows, padded to an even count
+// (a warp covers two tiles); padding rows have code 0 and scale 0.
+//
+// ---- Activations: int16-accurate, as two int8 halves ----------------------------
+// Exactly the CPU backend's Faithful numerics (kernels/cpu/matvec.h): per 64
+// inputs a scale s = amax/32639 and q = round(x/s) = 256·hi + lo. Per 128-column
+// block: 256 bytes, [hi: 32 words][lo: 32 words], word 8·tig + 2·s + h holding
+// natural columns 32·s + 16·h + 4·tig + (0..3), so a lane reads its eight B
+// words (four k-steps x two registers) as 32 contiguous bytes; plus a float4
+// {s0, s1, Σq0, Σq1 (int bits)} for the two 64-column halves.
+// The dot product of one 64-column half with codes c ∈ {0..3} (w = (c-1)·d) is
+//   d · s · (256·Σc·hi + Σc·lo − Σq)        (integer part exact in int32).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define BONSAI_HD __host__ __device__ __forceinline__
+#else
+#define BONSAI_HD inline
+#endif
+
+namespace bonsai::cuda {
+
+inline constexpr int kTileRows = 16;         // rows of one mma A fragment
+inline constexpr int kPairRows = 32;         // rows per warp (two tiles)
+inline constexpr int kBlockK = 128;          // columns per chunk
+inline constexpr int kCodeBytes = 512;       // 16 x 128 codes of 2 bits
+inline constexpr int kActBytes = 256;        // quantized activation bytes per 128 columns (hi + lo)
+inline constexpr float kActQMax = 32639.0f;  // |q| <= 32639 keeps hi in [-127, 127]
+
+BONSAI_HD int chunk_bytes(int groups) { return kCodeBytes + 32 * groups; }
+
+struct CodePos {
+  int byte;   // byte offset inside the chunk
+  int shift;  // bit shift of the 2-bit code inside that byte
+};
+
+// Where the code of (row r in [0,16), column k in [0,128)) of a chunk lives.
+BONSAI_HD CodePos code_pos(int r, int k) {
+  const int step = k >> 5, half = (k >> 4) & 1, tig = (k >> 2) & 3, b = k & 3;
+  const int g = r & 7, upper = r >> 3;
+  return {(g * 4 + tig) * 16 + step * 4 + b, 2 * (half * 2 + upper)};
+}
+
+// Byte offset of the fp16 scale of row r for 64-column group `sub` (0 when groups == 1).
+BONSAI_HD int scale_pos(int r, int sub) { return kCodeBytes + sub * 32 + (r & 7) * 4 + (r >> 3) * 2; }
+
+// Word (0..31) of a 128-column activation block holding natural column k (byte k & 3 of it).
+BONSAI_HD int act_word(int k) { return ((k >> 2) & 3) * 8 + (k >> 5) * 2 + ((k >> 4) & 1); }
+
+// Split q (|q| <= 32639) into hi in [-127, 127] and lo in [-128, 127] with q = 256·hi + lo.
+BONSAI_HD int act_hi(int q) { return (q + 128) >> 8; }  // arithmetic shift: floor
+BONSAI_HD int act_lo(int q) { return q - 256 * act_hi(q); }
+
+// Bytes of a tiled weight of n rows and k columns (k a multiple of 128).
+BONSAI_HD int64_t tiled_pairs(int64_t n) { return (n + kPairRows - 1) / kPairRows; }
+BONSAI_HD int64_t tiled_bytes(int64_t n, int64_t k, int groups) {
+  return tiled_pairs(n) * 2 * (k / kBlockK) * chunk_bytes(groups);
+}
+
+}  // namespace bonsai::cuda
