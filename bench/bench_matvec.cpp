@@ -108,6 +108,42 @@ BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_1t, DType::PQ2_0, Precision::Faithful,
 BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_1t, DType::PTQ1_0, Precision::Faithful, Isa::Avx512)
     ->Apply(shapes_1t);
 
+// Compute ceiling: a 5120 × 128 matrix (L2-resident) on one thread, timed in
+// CPU time so other load on the machine does not distort it. Compare with the
+// per-core share of read_bandwidth (threads:2 / 2).
+void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa) {
+  if (!isa_supported(isa)) {
+    state.SkipWithError("instruction set not supported by this CPU");
+    return;
+  }
+  const int64_t k = 5120, n = 128;
+  std::vector<uint8_t> w(row_bytes(type, k) * n);
+  fill_random(w.data(), w.size(), 3);
+  const DTypeInfo info = dtype_info(type);
+  const uint16_t d = f32_to_fp16(0.0123f);
+  for (size_t b = 0; b < w.size() / info.type_size; ++b)
+    std::memcpy(w.data() + b * info.type_size + (type == DType::PTQ1_0 ? 26 : 0), &d, 2);
+  std::vector<float> x(k, 0.5f), y(n);
+  cpu::PreparedAct act;
+  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(type));
+  const cpu::WeightView view{type, w.data(), n, k};
+  for (auto _ : state) {
+    cpu::matvec_rows(view, act, y.data(), 0, n, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * w.size()));
+}
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful, DType::PQ2_0, Precision::Faithful, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful, DType::Q2_0_G64, Precision::Faithful, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_avx2, DType::PQ2_0, Precision::Faithful, Isa::Avx2);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_int8_avx2, DType::PQ2_0, Precision::Int8, Isa::Avx2);
+BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful_avx2, DType::PTQ1_0, Precision::Faithful, Isa::Avx2);
+BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful_avx2, DType::Q2_0_G64, Precision::Faithful, Isa::Avx2);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_scalar, DType::PQ2_0, Precision::Faithful, Isa::Scalar);
+
 void BM_prepare_act(benchmark::State& state, Precision prec) {
   const int64_t k = state.range(0);
   std::vector<float> x(k);

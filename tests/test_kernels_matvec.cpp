@@ -334,6 +334,17 @@ TEST(MatvecChecks, RejectsMismatchedInputs) {
   }
 }
 
+TEST(PTQ1Decode, ThreeByteOpFormulaIsExact) {
+  // The SIMD PTQ1_0 kernels decode trit = ⌊3t/256⌋ (t = byte·3ⁿ mod 256) as
+  // 64·trit = avg_epu8(t, subs_epu8(t, v)) & 0xC0 with v = 3t mod 256.
+  for (int t = 0; t < 256; ++t) {
+    const int v = (3 * t) & 255;
+    const int subs = std::max(t - v, 0);
+    const int avg = (t + subs + 1) >> 1;
+    EXPECT_EQ(avg & 0xC0, 64 * ((3 * t) >> 8)) << t;
+  }
+}
+
 TEST(PrepareAct, LayoutsHoldEveryElementOnce) {
   // Map every lane back to its element with the layout documented in
   // matvec.h (restated here independently of prepare_act.cpp) and check that

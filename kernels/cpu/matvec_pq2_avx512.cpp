@@ -40,62 +40,72 @@ inline __m512 pair_scales(uint16_t d0, uint16_t d1) {
   return _mm512_cvtph_ps(h);
 }
 
+// Σ over one block pair of code·act for the four planes, as 16 int32 lanes
+// (8 per block), including the −Σq correction: q = 256·hi + lo (faithful) or hi.
+template <bool kFaithful>
+inline __m512i pair_dot(__m512i w, const __m512i (&h)[4], const __m512i (&l)[4], __m512i corr) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i c0 = _mm512_and_si512(w, m3);
+  const __m512i c1 = _mm512_and_si512(_mm512_srli_epi16(w, 2), m3);
+  const __m512i c2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), m3);
+  const __m512i c3 = _mm512_and_si512(_mm512_srli_epi16(w, 6), m3);
+  if constexpr (kFaithful) {
+    __m512i th = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, h[0]);
+    th = _mm512_dpbusd_epi32(th, c1, h[1]);
+    th = _mm512_dpbusd_epi32(th, c2, h[2]);
+    th = _mm512_dpbusd_epi32(th, c3, h[3]);
+    __m512i tl = _mm512_dpbusd_epi32(corr, c0, l[0]);
+    tl = _mm512_dpbusd_epi32(tl, c1, l[1]);
+    tl = _mm512_dpbusd_epi32(tl, c2, l[2]);
+    tl = _mm512_dpbusd_epi32(tl, c3, l[3]);
+    return _mm512_add_epi32(_mm512_slli_epi32(th, 8), tl);
+  } else {
+    __m512i t = _mm512_dpbusd_epi32(corr, c0, h[0]);
+    t = _mm512_dpbusd_epi32(t, c1, h[1]);
+    t = _mm512_dpbusd_epi32(t, c2, h[2]);
+    return _mm512_dpbusd_epi32(t, c3, h[3]);
+  }
+}
+
+template <bool kFaithful>
+inline void load_planes(const PackedView& a, int64_t p, __m512i (&h)[4], __m512i (&l)[4]) {
+  for (int s = 0; s < 4; ++s) h[s] = _mm512_load_si512(a.hi + p * 256 + 64 * s);
+  if constexpr (kFaithful)
+    for (int s = 0; s < 4; ++s) l[s] = _mm512_load_si512(a.lo + p * 256 + 64 * s);
+}
+
 template <int R, bool kFaithful>
 void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
-  const __m512i m3 = _mm512_set1_epi8(3);
   const int64_t n_pairs = args.n_blocks / 2;
   const bool odd = args.n_blocks & 1;
   const PackedView& a = args.a;
+  __m512i h[4], l[4];
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m512 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < n_pairs + odd; ++p) {
-      const int8_t* ah = a.hi + p * 256;
-      const __m512i h0 = _mm512_load_si512(ah), h1 = _mm512_load_si512(ah + 64);
-      const __m512i h2 = _mm512_load_si512(ah + 128), h3 = _mm512_load_si512(ah + 192);
-      __m512i l0, l1, l2, l3;
-      if constexpr (kFaithful) {
-        const int8_t* al = a.lo + p * 256;
-        l0 = _mm512_load_si512(al), l1 = _mm512_load_si512(al + 64);
-        l2 = _mm512_load_si512(al + 128), l3 = _mm512_load_si512(al + 192);
-      }
+    for (int64_t p = 0; p < n_pairs; ++p) {
+      load_planes<kFaithful>(a, p, h, l);
       const __m512i corr = _mm512_load_si512(a.corr + p * 16);
       const __m512 sc = _mm512_load_ps(a.scale + p * 16);
-      const bool tail = p == n_pairs;  // odd block count: the last "pair" has one block
       for (int i = 0; i < R; ++i) {
         const uint8_t* b0 = row + i * args.row_bytes + p * 68;
         _mm_prefetch(reinterpret_cast<const char*>(b0 + kPrefetchBytes), _MM_HINT_T0);
-        __m512i w;
-        __m512 dsc;
-        if (!tail) {
-          w = load_pair(b0 + 2, b0 + 36);
-          dsc = _mm512_mul_ps(pair_scales(load_u16(b0), load_u16(b0 + 34)), sc);
-        } else {
-          w = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
-          dsc = _mm512_mul_ps(pair_scales(load_u16(b0), 0), sc);
-        }
-        const __m512i c0 = _mm512_and_si512(w, m3);
-        const __m512i c1 = _mm512_and_si512(_mm512_srli_epi16(w, 2), m3);
-        const __m512i c2 = _mm512_and_si512(_mm512_srli_epi16(w, 4), m3);
-        const __m512i c3 = _mm512_and_si512(_mm512_srli_epi16(w, 6), m3);
-        __m512i t;
-        if constexpr (kFaithful) {
-          __m512i th = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, h0);
-          th = _mm512_dpbusd_epi32(th, c1, h1);
-          th = _mm512_dpbusd_epi32(th, c2, h2);
-          th = _mm512_dpbusd_epi32(th, c3, h3);
-          __m512i tl = _mm512_dpbusd_epi32(corr, c0, l0);
-          tl = _mm512_dpbusd_epi32(tl, c1, l1);
-          tl = _mm512_dpbusd_epi32(tl, c2, l2);
-          tl = _mm512_dpbusd_epi32(tl, c3, l3);
-          t = _mm512_add_epi32(_mm512_slli_epi32(th, 8), tl);
-        } else {
-          t = _mm512_dpbusd_epi32(corr, c0, h0);
-          t = _mm512_dpbusd_epi32(t, c1, h1);
-          t = _mm512_dpbusd_epi32(t, c2, h2);
-          t = _mm512_dpbusd_epi32(t, c3, h3);
-        }
+        const __m512i t = pair_dot<kFaithful>(load_pair(b0 + 2, b0 + 36), h, l, corr);
+        const __m512 dsc = _mm512_mul_ps(pair_scales(load_u16(b0), load_u16(b0 + 34)), sc);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dsc, acc[i]);
+      }
+    }
+    if (odd) {  // the last block alone: the upper half of the register stays zero
+      load_planes<kFaithful>(a, n_pairs, h, l);
+      const __m512i corr = _mm512_load_si512(a.corr + n_pairs * 16);
+      const __m512 sc = _mm512_load_ps(a.scale + n_pairs * 16);
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* b0 = row + i * args.row_bytes + n_pairs * 68;
+        const __m512i w =
+            _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
+        const __m512i t = pair_dot<kFaithful>(w, h, l, corr);
+        const __m512 dsc = _mm512_mul_ps(pair_scales(load_u16(b0), 0), sc);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dsc, acc[i]);
       }
     }

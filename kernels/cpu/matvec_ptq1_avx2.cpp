@@ -1,7 +1,8 @@
 // PTQ1_0 row kernel, AVX2 + FMA + F16C: one block per 256-bit register, trit
-// decode as in the AVX-512 kernel (t ← 3t mod 256 per plane, code =
-// [t > 85] + [t > 170]), with the unsigned compares done as signed compares
-// of t ⊕ 0x80, and vpmaddubsw products as in the PQ2_0 AVX2 kernel.
+// decode as in the AVX-512 kernel (v = 3t mod 256 is the next plane's t;
+// 64·trit = avg(t, subs(t, v)) & 0xC0), shifted down to the trit itself so
+// vpmaddubsw pair sums stay small enough to add five planes in int16: a
+// 16-bit shift by 6 is exact here because each byte holds only bits 6 and 7.
 #include <immintrin.h>
 
 #include <cstring>
@@ -22,9 +23,7 @@ inline __m256i ld(const void* p) { return _mm256_loadu_si256(static_cast<const _
 template <bool kFaithful>
 void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i t85 = _mm256_set1_epi8(static_cast<char>(85 ^ 0x80));
-  const __m256i t170 = _mm256_set1_epi8(static_cast<char>(170 ^ 0x80));
+  const __m256i mc0 = _mm256_set1_epi8(static_cast<char>(0xC0));
   const PackedView& a = args.a;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = args.w + r * args.row_bytes;
@@ -47,10 +46,10 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       const int8_t* al = kFaithful ? a.lo + g * 320 + h * 32 : nullptr;
       __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
       for (int n = 0; n < 5; ++n) {
-        if (n) t = _mm256_add_epi8(_mm256_add_epi8(t, t), t);
-        const __m256i ts = _mm256_xor_si256(t, flip);
+        const __m256i v = _mm256_add_epi8(_mm256_add_epi8(t, t), t);
         const __m256i c =
-            _mm256_abs_epi8(_mm256_add_epi8(_mm256_cmpgt_epi8(ts, t85), _mm256_cmpgt_epi8(ts, t170)));
+            _mm256_srli_epi16(_mm256_and_si256(_mm256_avg_epu8(t, _mm256_subs_epu8(t, v)), mc0), 6);
+        t = v;
         sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, ld(ah + 64 * n)));  // ≤ 5·2·2·128: no overflow
         if constexpr (kFaithful) sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(c, ld(al + 64 * n)));
       }
