@@ -65,7 +65,9 @@ void dequantize_row(DType t, const void* src_v, float* dst, int64_t n) {
   const auto* src = static_cast<const uint8_t*>(src_v);
   uint8_t codes[128];
   switch (t) {
-    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::F16:
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(src + 2 * i));
       return;
@@ -102,7 +104,8 @@ void dequantize_row(DType t, const void* src_v, float* dst, int64_t n) {
         for (int j = 0; j < 128; ++j) dst[b * 128 + j] = ((src[2 + j / 8] >> (j % 8)) & 1) ? d : -d;
       }
       return;
-    case DType::Other: break;
+    case DType::Other:
+      break;
   }
   fail("dequantize_row: unsupported type {}", dtype_name(t));
 }
@@ -130,11 +133,13 @@ void encode_ternary_row(DType t, const uint8_t* codes, const float* scales, void
         store_u16(dst, d);
         std::memset(dst + 2, 0, 16);
         for (int j = 0; j < 128; ++j) {
-          if (c[j] != 0 && c[j] != 2) fail("Q1_0 cannot encode code {} (element {}): only 0 (-d) and 2 (+d)", c[j], j);
+          if (c[j] != 0 && c[j] != 2)
+            fail("Q1_0 cannot encode code {} (element {}): only 0 (-d) and 2 (+d)", c[j], j);
           if (c[j] == 2) dst[2 + j / 8] |= static_cast<uint8_t>(1u << (j % 8));
         }
         break;
-      default: fail("encode_ternary_row: {} is not a ternary/binary format", info.name);
+      default:
+        fail("encode_ternary_row: {} is not a ternary/binary format", info.name);
     }
   }
 }
@@ -160,7 +165,8 @@ void decode_ternary_codes(DType t, const void* src_v, uint8_t* codes, uint16_t* 
         scales[b] = load_u16(src);
         for (int j = 0; j < 128; ++j) c[j] = ((src[2 + j / 8] >> (j % 8)) & 1) ? 2 : 0;
         break;
-      default: fail("decode_ternary_codes: {} is not a ternary/binary format", info.name);
+      default:
+        fail("decode_ternary_codes: {} is not a ternary/binary format", info.name);
     }
   }
 }
@@ -184,7 +190,8 @@ void quantize_row_q8_0(const float* src, void* dst_v, int64_t n) {
     float d = amax / 127.0f;
     float id = d > 0 ? 1.0f / d : 0.0f;
     store_u16(dst, f32_to_fp16(d));
-    for (int j = 0; j < 32; ++j) dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(src[b * 32 + j] * id)));
+    for (int j = 0; j < 32; ++j)
+      dst[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(src[b * 32 + j] * id)));
   }
 }
 
