@@ -18,6 +18,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, float* __restrict__ part, int pos0,
                            const int* pos_dev, int n_head, int n_head_kv, int head_dim, float scale) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
   const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y, i = blockIdx.z;
@@ -101,6 +103,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Block per (token, head), thread per dim.
 __global__ void attention_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int splits,
                                        int head_dim) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t th = blockIdx.x;  // token * n_head + head
   const int row = head_dim + 2;
   const float* pr = part + th * splits * row;
@@ -124,10 +128,10 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                cudaStream_t s) {
-  attention_split_kernel<<<dim3(n_head_kv, splits, t), kWarps * 32, 0, s>>>(
-      q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv, head_dim, scale);
-  attention_merge_kernel<<<static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s>>>(
-      part, out, splits, head_dim);
+  launch(attention_split_kernel, dim3(n_head_kv, splits, t), kWarps * 32, 0, s, q, k_cache, v_cache, part,
+         pos0, pos_dev, n_head, n_head_kv, head_dim, scale);
+  launch(attention_merge_kernel, static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part,
+         out, splits, head_dim);
 }
 
 }  // namespace bonsai::cuda

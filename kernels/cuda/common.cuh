@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace bonsai::cuda {
 
@@ -50,6 +51,44 @@ __device__ __forceinline__ int position(int pos0, const int* pos_dev) { return p
 
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// ---- programmatic dependent launch (Hopper) ------------------------------------------
+// Kernels are launched with programmatic stream serialization, so a kernel may start
+// while its predecessor is still running. Every kernel calls pdl_wait() before it
+// touches memory a predecessor writes or reads (activations, states): griddepcontrol.wait
+// returns once the preceding grid has completed and its writes are visible. Work that
+// only reads weights (the matvec's first loads) goes before it. pdl_trigger() lets the
+// next kernel be scheduled early. Both are no-ops before sm_90 and without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Programmatic serialization on devices that have it (compute capability >= 9.0), unless
+// BONSAI_CUDA_PDL=0. Read once per process; the answer never changes afterwards.
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute.
+template <class... KArgs, class... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
 }
 
 }  // namespace bonsai::cuda

@@ -1,105 +1,15 @@
 #include "kernels/cuda/cuda_backend.h"
 
-#include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
 #include <vector>
 
-#include "bonsai/error.h"
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai {
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("cuda: {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-// After a kernel launch: launch-configuration errors surface here, execution errors at the next sync.
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-struct HostFree {
-  void operator()(void* p) const { cudaFreeHost(p); }
-};
-using DevicePtr = std::unique_ptr<void, DeviceFree>;
-using PinnedPtr = std::unique_ptr<void, HostFree>;
-
-DevicePtr device_alloc(size_t bytes, const char* what) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), what);
-  return DevicePtr(p);
-}
-
-// A device buffer that only grows. grow() reports whether the address changed (a
-// recorded step that used the old one is then stale).
-struct Growable {
-  DevicePtr mem;
-  size_t bytes = 0;
-  bool grow(size_t need, const char* what) {
-    if (need <= bytes) return false;
-    mem.reset();
-    mem = device_alloc(need, what);
-    bytes = need;
-    return true;
-  }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(mem.get());
-  }
-};
-
-// A weight in device memory: tiled ternary codes (tile_layout.h) or the file layout.
-struct DeviceWeight {
-  bool tiled = false;
-  cuda::RawType raw = cuda::RawType::F32;
-  int groups = 1;  // tiled: scales per row per 128 columns
-  int64_t n = 0, k = 0;
-  size_t row_bytes = 0;  // raw layout
-  DevicePtr mem;
-  const uint8_t* bytes() const { return static_cast<const uint8_t*>(mem.get()); }
-  const float* f32() const { return static_cast<const float*>(mem.get()); }
-};
-
-bool raw_type(DType t, cuda::RawType& out) {
-  switch (t) {
-    case DType::F32:
-      out = cuda::RawType::F32;
-      return true;
-    case DType::F16:
-      out = cuda::RawType::F16;
-      return true;
-    case DType::BF16:
-      out = cuda::RawType::BF16;
-      return true;
-    case DType::Q8_0:
-      out = cuda::RawType::Q8_0;
-      return true;
-    case DType::Q1_0:
-      out = cuda::RawType::Q1_0;
-      return true;
-    case DType::PQ2_0:
-    case DType::Q2_0_G128:
-      out = cuda::RawType::Q2_128;
-      return true;
-    case DType::Q2_0_G64:
-      out = cuda::RawType::Q2_64;
-      return true;
-    default:
-      return false;
-  }
-}
-
-constexpr int kDecodeSplits = 32;            // attention splits of a (recordable) single-token step
-constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
-
-}  // namespace
 
 int cuda_device_count(std::string* why) {
   int n = 0;
@@ -113,87 +23,38 @@ int cuda_device_count(std::string* why) {
   return n;
 }
 
-struct CudaBackend::Impl {
-  int device = 0;
-  cudaDeviceProp prop{};
-  cudaStream_t stream = nullptr;
-  std::unordered_map<float*, DevicePtr> buffers;
-  size_t buffer_bytes = 0;
-  std::unordered_map<const DeviceWeight*, std::unique_ptr<DeviceWeight>> weights;
-  size_t weight_bytes = 0, reported_gb = 0;
-
-  // Quantized activation of the last matvec input (or Hadamard output): reused while
-  // nothing has written to the source since.
-  Growable xq, meta;
-  const float* q_src = nullptr;
-  int64_t q_rows = 0, q_k = 0;
-
-  Growable part, tokens;
-  int* step_dev = nullptr;  // {pos0, token}: what a recorded step reads
-  PinnedPtr step_host;
-  DevicePtr step_mem;
-
-  // Upload staging: two pinned + two device slots, so filling one overlaps the copy of the other.
-  PinnedPtr pinned[2];
-  DevicePtr raw_slot[2];
-  cudaEvent_t slot_free[2] = {nullptr, nullptr};
-
-  bool capturing = false, warm = false;
-  cudaGraphExec_t exec = nullptr;
-
-  ~Impl() {
-    if (stream) cudaStreamSynchronize(stream);
-    if (exec) cudaGraphExecDestroy(exec);
-    for (cudaEvent_t e : slot_free)
-      if (e) cudaEventDestroy(e);
-    if (stream) cudaStreamDestroy(stream);
+// Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
+void CudaBackend::Impl::flush() {
+  Pending& p = pend;
+  if (!p.gates && !p.rec) return;
+  const bool fusable = p.rec && p.f.d_k % 32 == 0 && p.f.d_v % 32 == 0 && (p.f.d_k / 32) * p.f.d_v <= 512;
+  if (p.gates && !(p.rec && fusable)) {
+    cuda::gdn_gates(p.alpha, p.beta_in, p.ssm_a, p.dt_bias, p.g, p.beta, p.gates_t, p.gates_nv, stream);
+    check_launch("gdn_gates");
   }
-
-  void invalidate_quant() { q_src = nullptr; }
-  // Every op reports what it wrote, so the cached quantization never goes stale.
-  void wrote(const void* p, size_t bytes) {
-    if (!q_src) return;
-    const auto* a = static_cast<const uint8_t*>(p);
-    const auto* s = reinterpret_cast<const uint8_t*>(q_src);
-    if (a < s + q_rows * q_k * sizeof(float) && s < a + bytes) invalidate_quant();
+  if (p.rec && fusable) {
+    cuda::GdnFused f = p.f;
+    if (p.gates) {
+      f.alpha = p.alpha;
+      f.beta_in = p.beta_in;
+      f.ssm_a = p.ssm_a;
+      f.dt_bias = p.dt_bias;
+    }
+    if (p.norm) {
+      f.z = p.z;
+      f.norm_w = p.norm_w;
+      f.norm_eps = p.norm_eps;
+      if (!f.transpose) f.out = p.norm_y;
+    }
+    cuda::gdn_fused(f, stream);
+    check_launch("gdn (fused)");
+  } else if (p.rec) {
+    const cuda::GdnFused& f = p.f;
+    cuda::gdn_recurrence(f.conv, f.g, f.beta, f.state, f.out, f.t, f.n_k, f.n_v, f.d_k, f.d_v, f.eps, stream);
+    check_launch("gdn_recurrence");
   }
-  void drop_recording() {
-    if (exec) cudaGraphExecDestroy(exec);
-    exec = nullptr;
-    warm = false;
-  }
-  void grow(Growable& g, size_t need, const char* what) {
-    if (need <= g.bytes) return;
-    if (capturing) fail("cuda: {} must grow while a step is being recorded", what);
-    if (g.grow(need, what)) drop_recording();
-  }
-
-  // Weights live in device memory only after prepare(); host bytes are never read by an op.
-  static const DeviceWeight& dev(const Weight& w) {
-    if (!w.prepared) fail("cuda: weight '{}' was not prepared (Backend::prepare) before use", w.name);
-    return *static_cast<const DeviceWeight*>(w.prepared);
-  }
-
-  DeviceWeight* upload(const Weight& w);
-  void upload_rows(const Weight& w, DeviceWeight& d);
-
-  // The quantized form of x [t][k], computing it unless it is the cached one.
-  void quantized(const float* x, int t, int64_t k) {
-    if (q_src == x && q_rows == t && q_k == k) return;
-    reserve_quant(t, k);
-    cuda::quantize_act(x, xq.as<uint8_t>(), meta.as<float4>(), t, k, stream);
-    check_launch("quantize");
-    q_src = x;
-    q_rows = t;
-    q_k = k;
-  }
-  void reserve_quant(int64_t rows, int64_t k) {
-    grow(xq, static_cast<size_t>(rows) * (k / cuda::kBlockK) * cuda::kActBytes,
-         "activation quantization buffer");
-    grow(meta, static_cast<size_t>(rows) * (k / cuda::kBlockK) * sizeof(float4), "activation scale buffer");
-  }
-  const int* pos_dev() const { return capturing ? step_dev : nullptr; }
-};
+  p = Pending{};
+}
 
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   std::string why;
@@ -223,6 +84,7 @@ size_t CudaBackend::device_bytes() const { return impl_->weight_bytes + impl_->b
 // ---- memory ------------------------------------------------------------------------
 
 float* CudaBackend::alloc(size_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   if (m.capturing) fail("cuda: alloc while a step is being recorded");
   DevicePtr p = device_alloc(n * sizeof(float), "cudaMalloc (activation buffer)");
@@ -234,6 +96,7 @@ float* CudaBackend::alloc(size_t n) {
 }
 
 void CudaBackend::release(float* p) {
+  impl_->flush();
   Impl& m = *impl_;
   auto it = m.buffers.find(p);
   if (it == m.buffers.end()) return;
@@ -244,39 +107,48 @@ void CudaBackend::release(float* p) {
 }
 
 void CudaBackend::to_host(float* dst, const float* src, size_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, m.stream), "cudaMemcpy D2H");
   check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
 }
 
 void CudaBackend::from_host(float* dst, const float* src, size_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, m.stream), "cudaMemcpy H2D");
   m.wrote(dst, n * sizeof(float));
 }
 
 void CudaBackend::copy(float* dst, const float* src, size_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, m.stream), "cudaMemcpy D2D");
   m.wrote(dst, n * sizeof(float));
 }
 
 void CudaBackend::zero(float* p, size_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   check(cudaMemsetAsync(p, 0, n * sizeof(float), m.stream), "cudaMemsetAsync");
   m.wrote(p, n * sizeof(float));
 }
 
-void CudaBackend::sync() { check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
+void CudaBackend::sync() {
+  impl_->flush();
+  check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
 
 // ---- weights -------------------------------------------------------------------------
 
 void CudaBackend::prepare(Weight& w) {
+  impl_->flush();
   if (w.prepared || w.empty()) return;
   w.prepared = impl_->upload(w);
 }
 
 void CudaBackend::unprepare(Weight& w) {
+  impl_->flush();
   Impl& m = *impl_;
   auto it = m.weights.find(static_cast<const DeviceWeight*>(w.prepared));
   if (it == m.weights.end()) return;
@@ -355,7 +227,8 @@ void CudaBackend::Impl::upload_rows(const Weight& w, DeviceWeight& d) {
     if (d.tiled) {
       check(cudaMemcpyAsync(raw_slot[s].get(), host, bytes, cudaMemcpyHostToDevice, stream),
             "cudaMemcpy (weight)");
-      const size_t pair_bytes = 2 * static_cast<size_t>(w.k / cuda::kBlockK) * cuda::chunk_bytes(d.groups);
+      const size_t pair_bytes =
+          cuda::kWarpTiles * static_cast<size_t>(w.k / cuda::kBlockK) * cuda::chunk_bytes(d.groups);
       auto* dst = static_cast<uint8_t*>(d.mem.get()) + static_cast<size_t>(r0 / cuda::kPairRows) * pair_bytes;
       cuda::repack_tiled(static_cast<const uint8_t*>(raw_slot[s].get()), dev_stride, rows, w.k, d.groups, dst,
                          stream);
@@ -373,6 +246,7 @@ void CudaBackend::Impl::upload_rows(const Weight& w, DeviceWeight& d) {
 // ---- ops --------------------------------------------------------------------------------
 
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int t, float* out) {
+  impl_->flush();
   Impl& m = *impl_;
   const DeviceWeight& d = m.dev(table);
   const int32_t* tok = m.step_dev + 1;
@@ -392,6 +266,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* tokens, int t, float
 }
 
 void CudaBackend::rmsnorm(const float* x, const Weight& gain, float* y, int64_t rows, int64_t n, float eps) {
+  impl_->flush();
   Impl& m = *impl_;
   cuda::rmsnorm(x, m.dev(gain).f32(), y, rows, n, eps, m.stream);
   check_launch("rmsnorm");
@@ -400,6 +275,7 @@ void CudaBackend::rmsnorm(const float* x, const Weight& gain, float* y, int64_t 
 
 void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k,
                            int64_t block, bool inverse) {
+  impl_->flush();
   Impl& m = *impl_;
   if (block > 8192 || k % block) fail("cuda: Hadamard block {} of width {} is not supported", block, k);
   // A forward site feeds a ternary matvec: quantize its output in the same pass.
@@ -417,6 +293,7 @@ void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t
 }
 
 void CudaBackend::matmul(const Weight& w, const float* x, float* y, int t) {
+  impl_->flush();
   const Weight* ws[] = {&w};
   float* ys[] = {y};
   matmul_multi(ws, x, ys, t);
@@ -424,59 +301,97 @@ void CudaBackend::matmul(const Weight& w, const float* x, float* y, int t) {
 
 void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
                                int t) {
+  impl_->flush();
   Impl& m = *impl_;
-  cuda::TiledJobs jobs;
+  // Weights sharing the input go into as few launches as possible: tiled ones with the same
+  // scale grouping into one tensor-core launch, raw ones of one type and row size into another.
+  cuda::TiledJobs tiled;
+  cuda::RawJobs raw;
   int groups = 0;
   int64_t k = 0;
-  auto flush = [&] {
-    if (jobs.count == 0) return;
+  const DeviceWeight* raw_first = nullptr;
+  auto flush_tiled = [&] {
+    if (tiled.count == 0) return;
     m.quantized(x, t, k);
-    cuda::matvec_tiled(jobs, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, m.stream);
+    const int sms = m.prop.multiProcessorCount;
+    size_t partial = 0, counters = 0;
+    cuda::matvec_tiled_scratch(tiled, t, k, sms, &partial, &counters);
+    m.grow(m.mv_partial, partial * sizeof(float), "matvec partial sums");
+    if (counters * sizeof(int) > m.mv_counters.bytes) {
+      m.grow(m.mv_counters, counters * sizeof(int), "matvec counters");
+      check(cudaMemsetAsync(m.mv_counters.mem.get(), 0, m.mv_counters.bytes, m.stream), "cudaMemsetAsync");
+    }
+    cuda::matvec_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, sms,
+                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream);
     check_launch("matvec (tiled)");
-    jobs.count = 0;
+    tiled.count = 0;
+  };
+  auto flush_raw = [&] {
+    if (raw.count == 0) return;
+    cuda::matvec_raw(raw_first->raw, raw, raw_first->row_bytes, raw_first->k, x, t, m.stream);
+    check_launch("matvec (raw)");
+    raw.count = 0;
   };
   for (size_t i = 0; i < ws.size(); ++i) {
     const DeviceWeight& d = m.dev(*ws[i]);
-    if (!d.tiled) {
-      cuda::matvec_raw(d.raw, d.bytes(), d.row_bytes, d.n, d.k, x, ys[i], t, m.stream);
-      check_launch("matvec (raw)");
-      continue;
+    if (d.tiled) {
+      if (tiled.count == cuda::kMaxJobs || (tiled.count > 0 && (d.groups != groups || d.k != k)))
+        flush_tiled();
+      groups = d.groups;
+      k = d.k;
+      tiled.job[tiled.count++] = {d.bytes(), ys[i], static_cast<int>(d.n)};
+    } else {
+      if (raw.count == cuda::kMaxJobs ||
+          (raw.count > 0 &&
+           (d.raw != raw_first->raw || d.row_bytes != raw_first->row_bytes || d.k != raw_first->k)))
+        flush_raw();
+      if (raw.count == 0) raw_first = &d;
+      raw.job[raw.count++] = {d.bytes(), ys[i], static_cast<int>(d.n)};
     }
-    // weights sharing the input and the scale grouping go into one launch
-    if (jobs.count == cuda::kMaxJobs || (jobs.count > 0 && (d.groups != groups || d.k != k))) flush();
-    groups = d.groups;
-    k = d.k;
-    jobs.job[jobs.count++] = {d.bytes(), ys[i], static_cast<int>(d.n)};
   }
-  flush();
+  flush_tiled();
+  flush_raw();
   for (size_t i = 0; i < ws.size(); ++i) m.wrote(ys[i], static_cast<size_t>(t) * ws[i]->n * sizeof(float));
 }
 
 void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
+  impl_->flush();
   cuda::add(a, b, y, n, impl_->stream);
   check_launch("add");
   impl_->wrote(y, n * sizeof(float));
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, float* y, int64_t n) {
+  impl_->flush();
   cuda::swiglu(gate, up, y, n, impl_->stream);
   check_launch("swiglu");
   impl_->wrote(y, n * sizeof(float));
 }
 
 void CudaBackend::sigmoid_mul(const float* x, const float* gate, float* y, int64_t n) {
+  impl_->flush();
   cuda::sigmoid_mul(x, gate, y, n, impl_->stream);
   check_launch("sigmoid_mul");
   impl_->wrote(y, n * sizeof(float));
 }
 
 void CudaBackend::transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d) {
-  cuda::transpose_heads(x, y, rows, a, b, d, impl_->stream);
-  check_launch("transpose_heads");
-  impl_->wrote(y, rows * a * b * d * sizeof(float));
+  Impl& m = *impl_;
+  Impl::Pending& p = m.pend;
+  if (p.norm && x == p.norm_y && rows == p.f.t && b == p.f.n_k && a * b == p.f.n_v && d == p.f.d_v) {
+    p.f.transpose = true;  // the fused kernel writes the normed heads straight to their grouped place
+    p.f.out = y;
+    m.flush();
+  } else {
+    m.flush();
+    cuda::transpose_heads(x, y, rows, a, b, d, m.stream);
+    check_launch("transpose_heads");
+  }
+  m.wrote(y, rows * a * b * d * sizeof(float));
 }
 
 void CudaBackend::take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) {
+  impl_->flush();
   cuda::take_part(x, y, rows, parts, part, d, impl_->stream);
   check_launch("take_part");
   impl_->wrote(y, rows * d * sizeof(float));
@@ -485,9 +400,10 @@ void CudaBackend::take_part(const float* x, float* y, int64_t rows, int parts, i
 void CudaBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
                                      const float* signs, int64_t block, float* normed, float* rotated,
                                      int64_t rows, int64_t n, float eps) {
+  impl_->flush();
   Impl& m = *impl_;
-  if (block <= 0 || n > 12288 || n % block ||
-      block % cuda::kBlockK)  // unrotated or unusual: the composed ops
+  // unrotated or unusual: the composed ops
+  if (block <= 0 || block > 4096 || n % block || block % cuda::kBlockK)
     return Backend::residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps);
   m.reserve_quant(rows, n);
   cuda::residual_norm_site(x, delta, x_out, m.dev(gain).f32(), signs, block, normed, rotated, rows, n, eps,
@@ -503,6 +419,7 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
 
 void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs,
                               int64_t block, float* rotated, int64_t rows, int64_t n) {
+  impl_->flush();
   Impl& m = *impl_;
   if (block <= 0 || block > 8192 || n % block || block % cuda::kBlockK)
     return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
@@ -518,6 +435,7 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
 }
 
 void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
+  impl_->flush();
   Impl& m = *impl_;
   cuda::rope(x, t, n_head, head_dim, n_rot, base, pos0, m.pos_dev(), m.stream);
   check_launch("rope");
@@ -525,6 +443,7 @@ void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, flo
 }
 
 void CudaBackend::store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
+  impl_->flush();
   Impl& m = *impl_;
   cuda::store_rows(cache, src, width, t, pos0, m.pos_dev(), m.stream);
   check_launch("store_rows");
@@ -533,6 +452,7 @@ void CudaBackend::store_rows(float* cache, const float* src, int64_t width, int 
 
 void CudaBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
                             int pos0, const AttentionShape& s) {
+  impl_->flush();
   Impl& m = *impl_;
   if (s.head_dim % 32 || s.head_dim > 256 || s.n_head % s.n_head_kv || s.n_head / s.n_head_kv > 8)
     fail("cuda: attention with {} heads, {} KV heads and head_dim {} is not supported", s.n_head, s.n_head_kv,
@@ -555,6 +475,7 @@ void CudaBackend::attention(const float* q, const float* k_cache, const float* v
 
 void CudaBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                            int taps) {
+  impl_->flush();
   Impl& m = *impl_;
   if (taps < 1 || taps > 8) fail("cuda: ssm_conv with {} taps is not supported (1..8)", taps);
   cuda::ssm_conv(x, state, m.dev(w).f32(), out, t, channels, taps, m.stream);
@@ -566,8 +487,17 @@ void CudaBackend::ssm_conv(const float* x, float* state, const Weight& w, float*
 void CudaBackend::gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a,
                             const Weight& dt_bias, float* g, float* beta, int t, int n_v) {
   Impl& m = *impl_;
-  cuda::gdn_gates(alpha, beta_in, m.dev(ssm_a).f32(), m.dev(dt_bias).f32(), g, beta, t, n_v, m.stream);
-  check_launch("gdn_gates");
+  m.flush();
+  Impl::Pending& p = m.pend;
+  p.gates = true;
+  p.alpha = alpha;
+  p.beta_in = beta_in;
+  p.ssm_a = m.dev(ssm_a).f32();
+  p.dt_bias = m.dev(dt_bias).f32();
+  p.g = g;
+  p.beta = beta;
+  p.gates_t = t;
+  p.gates_nv = n_v;
   m.wrote(g, static_cast<size_t>(t) * n_v * sizeof(float));
   m.wrote(beta, static_cast<size_t>(t) * n_v * sizeof(float));
 }
@@ -578,8 +508,22 @@ void CudaBackend::gdn_recurrence(const float* conv, const float* g, const float*
   if (s.d_k % 32 || s.d_k > 1024 || s.d_v % 32)
     fail("cuda: delta rule with d_k {} and d_v {} is not supported (multiples of 32, d_k <= 1024)", s.d_k,
          s.d_v);
-  cuda::gdn_recurrence(conv, g, beta, state, out, t, s.n_k, s.n_v, s.d_k, s.d_v, s.eps, m.stream);
-  check_launch("gdn_recurrence");
+  Impl::Pending& p = m.pend;
+  // Gates held back for exactly these g/beta are computed inside the recurrence.
+  if (!(p.gates && !p.rec && p.g == g && p.beta == beta && p.gates_t == t && p.gates_nv == s.n_v)) m.flush();
+  p.rec = true;
+  p.f = cuda::GdnFused{};
+  p.f.conv = conv;
+  p.f.g = g;
+  p.f.beta = beta;
+  p.f.state = state;
+  p.f.out = out;
+  p.f.t = t;
+  p.f.n_k = s.n_k;
+  p.f.n_v = s.n_v;
+  p.f.d_k = s.d_k;
+  p.f.d_v = s.d_v;
+  p.f.eps = s.eps;
   m.wrote(state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
   m.wrote(out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
 }
@@ -587,117 +531,19 @@ void CudaBackend::gdn_recurrence(const float* conv, const float* g, const float*
 void CudaBackend::gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows,
                                 int64_t d, float eps) {
   Impl& m = *impl_;
-  cuda::gated_rmsnorm(o, z, m.dev(w).f32(), y, rows, d, eps, m.stream);
-  check_launch("gated_rmsnorm");
+  Impl::Pending& p = m.pend;
+  if (p.rec && !p.norm && o == p.f.out && rows == static_cast<int64_t>(p.f.t) * p.f.n_v && d == p.f.d_v) {
+    p.norm = true;  // y = gated_rmsnorm(o): done by the fused kernel, o itself is not written
+    p.z = z;
+    p.norm_w = m.dev(w).f32();
+    p.norm_y = y;
+    p.norm_eps = eps;
+  } else {
+    m.flush();
+    cuda::gated_rmsnorm(o, z, m.dev(w).f32(), y, rows, d, eps, m.stream);
+    check_launch("gated_rmsnorm");
+  }
   m.wrote(y, rows * d * sizeof(float));
-}
-
-// ---- recorded steps -------------------------------------------------------------------------
-
-bool CudaBackend::replay_step(const int32_t* tokens, int t, int pos0) {
-  Impl& m = *impl_;
-  if (!m.exec || t != 1) return false;
-  // The previous step ended with a synchronous read of its logits, so the graph's copy of
-  // these pinned words has finished and they can be rewritten.
-  int* h = static_cast<int*>(m.step_host.get());
-  h[0] = pos0;
-  h[1] = tokens[0];
-  check(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch");
-  m.invalidate_quant();
-  return true;
-}
-
-bool CudaBackend::begin_capture(const int32_t* tokens, int t, int pos0) {
-  Impl& m = *impl_;
-  if (t != 1 || m.capturing) return false;
-  if (!m.warm) {  // the first step runs eagerly, so every buffer already has its size when recording
-    m.warm = true;
-    return false;
-  }
-  check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
-  int* h = static_cast<int*>(m.step_host.get());
-  h[0] = pos0;
-  h[1] = tokens[0];
-  check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  m.capturing = true;
-  m.invalidate_quant();
-  // Recorded as a copy node: every replay reads the pinned words as they are at launch.
-  check(cudaMemcpyAsync(m.step_dev, h, 2 * sizeof(int), cudaMemcpyHostToDevice, m.stream),
-        "cudaMemcpy (step)");
-  return true;
-}
-
-void CudaBackend::end_capture() {
-  Impl& m = *impl_;
-  if (!m.capturing) return;
-  m.capturing = false;
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(m.stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  check(e, "cudaGraphInstantiate");
-  if (m.exec) cudaGraphExecDestroy(m.exec);
-  m.exec = exec;
-  check(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch");
-  m.invalidate_quant();
-}
-
-void CudaBackend::drop_capture() {
-  Impl& m = *impl_;
-  if (m.capturing) {
-    m.capturing = false;
-    cudaGraph_t graph = nullptr;
-    cudaStreamEndCapture(m.stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  }
-  m.drop_recording();
-  m.invalidate_quant();
-}
-
-// ---- benchmarks ------------------------------------------------------------------------------
-
-double CudaBackend::copy_bandwidth(size_t bytes, int reps) {
-  sync();
-  return cuda::measure_copy_bandwidth(bytes, reps, impl_->stream);
-}
-
-double CudaBackend::time_recorded(const std::function<void()>& ops, int reps) {
-  Impl& m = *impl_;
-  ops();  // once eagerly: every buffer gets its size before recording
-  sync();
-  check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  m.capturing = true;
-  m.invalidate_quant();
-  try {
-    ops();
-  } catch (...) {
-    drop_capture();
-    throw;
-  }
-  m.capturing = false;
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(m.stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  check(e, "cudaGraphInstantiate");
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  check(cudaEventCreate(&e0), "cudaEventCreate");
-  check(cudaEventCreate(&e1), "cudaEventCreate");
-  check(cudaGraphLaunch(exec, m.stream), "cudaGraphLaunch");  // warm-up
-  check(cudaEventRecord(e0, m.stream), "cudaEventRecord");
-  for (int r = 0; r < reps; ++r) check(cudaGraphLaunch(exec, m.stream), "cudaGraphLaunch");
-  check(cudaEventRecord(e1, m.stream), "cudaEventRecord");
-  check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-  float ms = 0.0f;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  m.invalidate_quant();
-  return ms * 1e-3 / reps;
 }
 
 }  // namespace bonsai

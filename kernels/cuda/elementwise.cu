@@ -8,16 +8,22 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a[i] + b[i];
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = silu(gate[i]) * up[i];
 }
 
 __global__ void sigmoid_mul_kernel(const float* x, const float* gate, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] * sigmoid(gate[i]);
 }
@@ -25,6 +31,8 @@ __global__ void sigmoid_mul_kernel(const float* x, const float* gate, float* y, 
 // Thread per output element: y[r][j][i][e] = x[r][i][j][e].
 __global__ void transpose_heads_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t total,
                                        int a, int b, int64_t d) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= total) return;
   const int64_t e = o % d, i = (o / d) % a, j = (o / d / a) % b, r = o / d / a / b;
@@ -33,6 +41,8 @@ __global__ void transpose_heads_kernel(const float* __restrict__ x, float* __res
 
 __global__ void take_part_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t total, int parts,
                                  int part, int64_t d) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o >= total) return;
   const int64_t r = o / d, e = o % d;
@@ -42,6 +52,8 @@ __global__ void take_part_kernel(const float* __restrict__ x, float* __restrict_
 // Thread per rotated pair (token i, head h, j < n_rot/2), NeoX rotate-half like the reference.
 __global__ void rope_kernel(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0,
                             const int* pos_dev) {
+  pdl_trigger();
+  pdl_wait();
   const int half = n_rot / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(t) * n_head * half) return;
@@ -60,6 +72,8 @@ __global__ void rope_kernel(float* x, int t, int n_head, int head_dim, int n_rot
 
 __global__ void store_rows_kernel(float* __restrict__ cache, const float* __restrict__ src, int64_t total,
                                   int64_t width, int pos0, const int* pos_dev) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (o < total) cache[static_cast<int64_t>(position(pos0, pos_dev)) * width + o] = src[o];
 }
@@ -69,6 +83,8 @@ constexpr int kMaxTaps = 8;
 __global__ void ssm_conv_kernel(const float* __restrict__ x, float* __restrict__ state,
                                 const float* __restrict__ w, float* __restrict__ out, int t, int64_t channels,
                                 int taps) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   float prev[kMaxTaps - 1], wc[kMaxTaps];
@@ -101,6 +117,8 @@ __global__ void ssm_conv_kernel(const float* __restrict__ x, float* __restrict__
 
 __global__ void gdn_gates_kernel(const float* alpha, const float* beta_in, const float* __restrict__ ssm_a,
                                  const float* __restrict__ dt_bias, float* g, float* beta, int t, int n_v) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= static_cast<int64_t>(t) * n_v) return;
   const int h = static_cast<int>(j % n_v);
@@ -111,51 +129,64 @@ __global__ void gdn_gates_kernel(const float* alpha, const float* beta_in, const
 }  // namespace
 
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(a, b, y, n);
+  launch(add_kernel, blocks_for(n, kThreads), kThreads, 0, s, a, b, y, n);
 }
 
 void swiglu(const float* gate, const float* up, float* y, int64_t n, cudaStream_t s) {
-  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(gate, up, y, n);
+  launch(swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, s, gate, up, y, n);
 }
 
 void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n, cudaStream_t s) {
-  sigmoid_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, gate, y, n);
+  launch(sigmoid_mul_kernel, blocks_for(n, kThreads), kThreads, 0, s, x, gate, y, n);
 }
 
 void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d, cudaStream_t s) {
   const int64_t total = rows * a * b * d;
-  transpose_heads_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(x, y, total, a, b, d);
+  launch(transpose_heads_kernel, blocks_for(total, kThreads), kThreads, 0, s, x, y, total, a, b, d);
 }
 
 void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d, cudaStream_t s) {
   const int64_t total = rows * d;
-  take_part_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(x, y, total, parts, part, d);
+  launch(take_part_kernel, blocks_for(total, kThreads), kThreads, 0, s, x, y, total, parts, part, d);
 }
 
 void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0, const int* pos_dev,
           cudaStream_t s) {
   const int64_t total = static_cast<int64_t>(t) * n_head * (n_rot / 2);
   if (total == 0) return;
-  rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(x, t, n_head, head_dim, n_rot, base, pos0,
-                                                               pos_dev);
+  launch(rope_kernel, blocks_for(total, kThreads), kThreads, 0, s, x, t, n_head, head_dim, n_rot, base, pos0,
+         pos_dev);
 }
 
 void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
                 cudaStream_t s) {
   const int64_t total = width * t;
-  store_rows_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(cache, src, total, width, pos0, pos_dev);
+  launch(store_rows_kernel, blocks_for(total, kThreads), kThreads, 0, s, cache, src, total, width, pos0,
+         pos_dev);
 }
 
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,
               cudaStream_t s) {
-  ssm_conv_kernel<<<blocks_for(channels, 128), 128, 0, s>>>(x, state, w, out, t, channels, taps);
+  launch(ssm_conv_kernel, blocks_for(channels, 128), 128, 0, s, x, state, w, out, t, channels, taps);
 }
 
 void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, const float* dt_bias, float* g,
                float* beta, int t, int n_v, cudaStream_t s) {
   const int64_t total = static_cast<int64_t>(t) * n_v;
-  gdn_gates_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(alpha, beta_in, ssm_a, dt_bias, g, beta,
-                                                                    t, n_v);
+  launch(gdn_gates_kernel, blocks_for(total, kThreads), kThreads, 0, s, alpha, beta_in, ssm_a, dt_bias, g,
+         beta, t, n_v);
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("BONSAI_CUDA_PDL");
+    if (e && e[0] == '0') return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
 }
 
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s) {

@@ -29,15 +29,30 @@ struct TiledJobs {
 // x [t][k] (k % 128 == 0) -> xq [t][k/128][256 B], meta [t][k/128].
 void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, cudaStream_t s);
 // y_j = x · W_jᵀ for every job (same k, same groups) from the quantized activation.
+// One wave of persistent blocks: every warp streams an equal share of all (row group,
+// k-block) units; a row group split between warps is summed in `partial` (slots per
+// warp, added in a fixed order: deterministic) and `counters` (zero-initialised; the kernel
+// leaves them zero). Both sized by matvec_tiled_scratch for the same jobs, t, k, SM count.
+void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
+                          size_t* counters);
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  cudaStream_t s);
+                  int sm_count, float* partial, int* counters, cudaStream_t s);
 // Raw 2-bit rows [rows][row_bytes] (PQ2_0 / Q2_0 layout; groups 1 = 128-blocks, 2 = 64-blocks) ->
 // tiles of `dst` (rows padded to a multiple of 32). `rows` counts from a multiple of 32.
 void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,
                   cudaStream_t s);
-// y [t][n] = x [t][k] · Wᵀ for a raw weight.
-void matvec_raw(RawType type, const uint8_t* w, size_t row_bytes, int64_t n, int64_t k, const float* x,
-                float* y, int t, cudaStream_t s);
+// y_j [t][n_j] = x [t][k] · W_jᵀ for raw weights of one type and row size, in one launch.
+struct RawJob {
+  const uint8_t* w = nullptr;
+  float* y = nullptr;
+  int n = 0;
+};
+struct RawJobs {
+  RawJob job[kMaxJobs];
+  int count = 0;
+};
+void matvec_raw(RawType type, const RawJobs& jobs, size_t row_bytes, int64_t k, const float* x, int t,
+                cudaStream_t s);
 
 // ---- embedding: tokens are device memory ----------------------------------------------
 void embed_raw(RawType type, const uint8_t* table, size_t row_bytes, int64_t k, const int32_t* tokens, int t,
@@ -57,7 +72,7 @@ void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
-// Backend::residual_norm_site with block > 0, n <= 12288 floats of shared memory per row
+// Backend::residual_norm_site with 128 <= block <= 4096 (a block of threads per Hadamard block)
 // (x_out may alias x); rotated also quantized when xq is given.
 void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
                         const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
@@ -91,6 +106,24 @@ void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, con
 // d_k and d_v multiples of 32, d_k <= 1024.
 void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                     int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s);
+
+// gdn_recurrence with, optionally, the gates computed in place (alpha != nullptr:
+// gdn_gates of alpha/beta_in, instead of reading g/beta), the gated RMSNorm of each
+// head's output (norm_w != nullptr: out = gated_rmsnorm(o, z)), and the tiled -> grouped
+// head order of the normed output (transpose). d_k, d_v multiples of 32,
+// (d_k/32)·d_v <= 512 threads.
+struct GdnFused {
+  const float* conv = nullptr;                // [t][2·n_k·d_k + n_v·d_v]
+  const float *g = nullptr, *beta = nullptr;  // when alpha == nullptr
+  const float *alpha = nullptr, *beta_in = nullptr, *ssm_a = nullptr, *dt_bias = nullptr;
+  float* state = nullptr;                       // [n_v][d_k][d_v]
+  const float *z = nullptr, *norm_w = nullptr;  // gated norm
+  float* out = nullptr;                         // [t][n_v][d_v]
+  int t = 0, n_k = 0, n_v = 0, d_k = 0, d_v = 0;
+  float eps = 0.0f, norm_eps = 0.0f;
+  bool transpose = false;
+};
+void gdn_fused(const GdnFused& p, cudaStream_t s);
 
 // Bytes per second of a device-to-device copy (read + write counted), for benchmarks.
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s);

@@ -3,6 +3,8 @@
 // embedding gather. Layouts: kernels/cuda/tile_layout.h.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
@@ -15,6 +17,8 @@ namespace {
 
 __global__ void quantize_kernel(const float* __restrict__ x, uint8_t* __restrict__ xq,
                                 float4* __restrict__ meta, int64_t blocks, int kblocks, int64_t k) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (blk >= blocks) return;
   const int lane = threadIdx.x & 31;
@@ -32,116 +36,249 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-constexpr int kWarps = 8;   // warps per block; they split the k-blocks of one 32-row pair
-constexpr int kUnroll = 4;  // k-blocks each warp has in flight
-constexpr int kTok = 4;     // tokens per block: B columns 2i, 2i+1 are token i's hi, lo
+constexpr int kWarps = 8;  // warps per block
+constexpr int kDepth = 2;  // k-blocks each warp has in flight (2 KB of weights each)
+constexpr int kTok = 4;    // tokens per pass: B columns 2i, 2i+1 are token i's hi, lo
+constexpr int kBlocksPerSm = 2;
 
-// Block (pair of tiles, group of 4 tokens). Warp w handles k-blocks w, w+8, ...;
-// lane (g, tig) ends up holding token tig's sums for rows g and g+8 of both tiles,
-// and the warps' partial sums are added in shared memory.
+// Persistent streaming: the (pair, k-block) units of all jobs, pair-major, are cut into
+// one contiguous range of `per_warp` units per warp (a single wave of blocks). A warp
+// streams its range through a rolling pipeline of kDepth loads and, at each pair it
+// finishes, writes y directly (it covered the whole pair) or a partial sum into slot
+// (pair, its rank among the pair's warps); the last of those warps to arrive adds the
+// slots in rank order (deterministic) and resets the pair's counter.
+struct StreamPlan {
+  int per_warp = 0, units = 0, pairs = 0, slots = 0;  // slots: most warps sharing one pair
+  int unit_start[kMaxJobs + 1] = {};
+  int pair_start[kMaxJobs + 1] = {};
+};
+
 template <int G>
-__global__ void __launch_bounds__(kWarps * 32)
-    matvec_tiled_kernel(TiledJobs jobs, const uint8_t* __restrict__ xq, const float4* __restrict__ meta,
-                        int t, int kblocks) {
-  __shared__ float red[kWarps][kTok][kPairRows];
-  // blockIdx.x enumerates the pairs of every job in turn. (Constant indices only: a
-  // run-time index into the parameter struct would copy it to local memory.)
-  int pair = blockIdx.x;
-  TiledJob job = jobs.job[0];
-  bool found = false;
-#pragma unroll
-  for (int j = 0; j < kMaxJobs; ++j) {
-    const int pairs = static_cast<int>(tiled_pairs(jobs.job[j].n));
-    if (!found && j < jobs.count) {
-      if (pair < pairs || j == jobs.count - 1) {
-        job = jobs.job[j];
-        found = true;
-      } else {
-        pair -= pairs;
-      }
-    }
-  }
+struct Stage {
+  uint4 w[kWarpTiles];         // codes of the tiles
+  uint32_t sc[kWarpTiles][G];  // scale words of the tiles
+  uint4 x[2];                  // this lane's B words (zero for lanes without a column)
+  float4 m;                    // {s0, s1, Σq0, Σq1} of the lane's token
+};
+
+template <int G>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    matvec_tiled_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
+                        const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
+                        int* counters) {
+  pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int gw = blockIdx.x * kWarps + warp;
+  const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
   const int tok0 = blockIdx.y * kTok, ntok = min(kTok, t - tok0);
   constexpr int CB = kCodeBytes + 32 * G;
   const size_t tile_stride = static_cast<size_t>(kblocks) * CB;
-  const uint8_t* base = job.w + static_cast<size_t>(pair) * 2 * tile_stride;
-  const bool has_x = g < 2 * ntok;  // B column g is token g/2's hi (g even) or lo (g odd)
+  const bool has_x = g < 2 * ntok;
   const uint8_t* xp =
       xq + static_cast<size_t>(tok0 + (has_x ? g >> 1 : 0)) * kblocks * kActBytes + (g & 1) * 128 + tig * 32;
   const float4* mp = meta + static_cast<size_t>(tok0 + min(tig, ntok - 1)) * kblocks;
 
-  float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [tile][row g, row g + 8]
-  for (int kb0 = warp; kb0 < kblocks; kb0 += kWarps * kUnroll) {
-    uint4 wc[kUnroll][2], xa[kUnroll][2];
-    uint32_t sc[kUnroll][2][G];
-    float4 m[kUnroll];
+  // Cursors walk the units without divisions: the load cursor runs kDepth units ahead of
+  // the compute cursor. A unit is (job, pair, k-block); jobs start at pair boundaries.
+  struct Cursor {
+    int job, pair, kb, gpair, next_job;  // next_job: first unit of the following job
+    const uint8_t* chunk;                // tile 0 of (pair, kb)
+  };
+  auto job_w = [&](int j) {  // constant indices only: no local-memory copy of `jobs`
+    const uint8_t* w = jobs.job[0].w;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // all loads first: kUnroll x 1 KB of weights per warp in flight
-      const int kb = kb0 + u * kWarps;
-      if (kb < kblocks) {
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i == j) w = jobs.job[i].w;
+    return w;
+  };
+  auto job_start = [&](int j) {
+    int v = plan.unit_start[0];
 #pragma unroll
-        for (int tile = 0; tile < 2; ++tile) {
-          const uint8_t* chunk = base + tile * tile_stride + static_cast<size_t>(kb) * CB;
-          wc[u][tile] = __ldcs(reinterpret_cast<const uint4*>(chunk + lane * 16));
+    for (int i = 1; i <= kMaxJobs; ++i)
+      if (i == j) v = plan.unit_start[i];
+    return v;
+  };
+  auto cursor_at = [&](int u) {
+    Cursor c;
+    c.job = 0;
 #pragma unroll
-          for (int sub = 0; sub < G; ++sub)
-            sc[u][tile][sub] =
-                __ldcs(reinterpret_cast<const unsigned*>(chunk + kCodeBytes + sub * 32 + g * 4));
-        }
-        if (has_x) {
-          xa[u][0] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes));
-          xa[u][1] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes + 16));
-        } else {
-          xa[u][0] = xa[u][1] = make_uint4(0, 0, 0, 0);
-        }
-        m[u] = __ldg(mp + kb);
-      }
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i < jobs.count && u >= plan.unit_start[i]) c.job = i;
+    const int local = u - job_start(c.job);
+    c.pair = local / kblocks;
+    c.kb = local - c.pair * kblocks;
+    c.gpair = u / kblocks;
+    c.next_job = job_start(c.job + 1);
+    c.chunk = job_w(c.job) + static_cast<size_t>(c.pair) * kWarpTiles * tile_stride +
+              static_cast<size_t>(c.kb) * CB;
+    return c;
+  };
+  auto advance = [&](Cursor& c, int u_next) {  // u_next: the unit the cursor moves to
+    c.chunk += CB;
+    if (++c.kb < kblocks) return;
+    c.kb = 0;
+    ++c.pair;
+    ++c.gpair;
+    c.chunk += (kWarpTiles - 1) * tile_stride;  // skip the other tiles of the finished group
+    if (u_next == c.next_job) {
+      ++c.job;
+      c.pair = 0;
+      c.next_job = job_start(c.job + 1);
+      c.chunk = job_w(c.job);
     }
+  };
+
+  Stage<G> st[kDepth];
+  auto load_w = [&](Stage<G>& d, const Cursor& c) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int kb = kb0 + u * kWarps;
-      if (kb < kblocks) {
-        const uint32_t xb[8] = {xa[u][0].x, xa[u][0].y, xa[u][0].z, xa[u][0].w,
-                                xa[u][1].x, xa[u][1].y, xa[u][1].z, xa[u][1].w};
+    for (int tile = 0; tile < kWarpTiles; ++tile) {
+      const uint8_t* chunk = c.chunk + tile * tile_stride;
+      d.w[tile] = __ldcs(reinterpret_cast<const uint4*>(chunk + lane * 16));
 #pragma unroll
-        for (int tile = 0; tile < 2; ++tile) {
-          const uint32_t wd[4] = {wc[u][tile].x, wc[u][tile].y, wc[u][tile].z, wc[u][tile].w};
+      for (int sub = 0; sub < G; ++sub)
+        d.sc[tile][sub] = __ldcs(reinterpret_cast<const unsigned*>(chunk + kCodeBytes + sub * 32 + g * 4));
+    }
+  };
+  auto load_x = [&](Stage<G>& d, int kb) {
+    if (has_x) {
+      d.x[0] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes));
+      d.x[1] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes + 16));
+    } else {
+      d.x[0] = d.x[1] = make_uint4(0, 0, 0, 0);
+    }
+    d.m = __ldg(mp + kb);
+  };
+
+  Cursor lc = cursor_at(u0), cc = lc;
+  int lu = u0;  // next unit to load
+  // The weights do not depend on the previous kernel: their first loads go out before the wait.
+  int kbs[kDepth];
 #pragma unroll
-          for (int sub = 0; sub < 2; ++sub) {
-            int c[4] = {0, 0, 0, 0};
+  for (int s = 0; s < kDepth; ++s)
+    if (lu < u1) {
+      load_w(st[s], lc);
+      kbs[s] = lc.kb;
+      ++lu;
+      advance(lc, lu);
+    }
+  pdl_wait();
 #pragma unroll
-            for (int st = 0; st < 2; ++st) {
-              const int s = sub * 2 + st;
-              const uint32_t w = wd[s], mask = 0x03030303u;
-              mma_u8s8(c, w & mask, (w >> 2) & mask, (w >> 4) & mask, (w >> 6) & mask, xb[2 * s],
-                       xb[2 * s + 1]);
-            }
-            const float sx = sub ? m[u].y : m[u].x;
-            const int sq = __float_as_int(sub ? m[u].w : m[u].z);
-            const float2 d =
-                __half22float2(*reinterpret_cast<const __half2*>(&sc[u][tile][G == 2 ? sub : 0]));
-            acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (d.x * sx);
-            acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq) * (d.y * sx);
+  for (int s = 0; s < kDepth; ++s)
+    if (u0 + s < u1) load_x(st[s], kbs[s]);
+
+  float acc[kWarpTiles][2] = {};  // [tile][row g, row g + 8] of token tig
+  for (int base = u0; base < u1; base += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int u = base + s;
+      if (u >= u1) break;
+      Stage<G>& d = st[s];
+      const uint32_t xb[8] = {d.x[0].x, d.x[0].y, d.x[0].z, d.x[0].w, d.x[1].x, d.x[1].y, d.x[1].z, d.x[1].w};
+      const int sq0 = __float_as_int(d.m.z), sq1 = __float_as_int(d.m.w);
+#pragma unroll
+      for (int tile = 0; tile < kWarpTiles; ++tile) {
+        const uint32_t wd[4] = {d.w[tile].x, d.w[tile].y, d.w[tile].z, d.w[tile].w};
+        // One activation scale per 128 columns (quantize_block): with one weight scale too
+        // (G == 1) the four k-steps share one integer accumulator and one flush.
+        int c[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t w = wd[q], mask = 0x03030303u;
+          mma_u8s8(c, w & mask, (w >> 2) & mask, (w >> 4) & mask, (w >> 6) & mask, xb[2 * q], xb[2 * q + 1]);
+          if (G == 2 && q == 1) {  // 64-column weight groups: flush each half
+            const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&d.sc[tile][0]));
+            acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq0) * (dd.x * d.m.x);
+            acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq0) * (dd.y * d.m.x);
+            c[0] = c[1] = c[2] = c[3] = 0;
           }
         }
+        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&d.sc[tile][G - 1]));
+        const int sq = G == 2 ? sq1 : sq0 + sq1;
+        acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (dd.x * d.m.y);
+        acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq) * (dd.y * d.m.y);
       }
-    }
-  }
-  red[warp][tig][g] = acc[0][0];
-  red[warp][tig][g + 8] = acc[0][1];
-  red[warp][tig][16 + g] = acc[1][0];
-  red[warp][tig][24 + g] = acc[1][1];
-  __syncthreads();
-  if (threadIdx.x < kTok * kPairRows) {
-    const int tok = threadIdx.x / kPairRows, r = threadIdx.x % kPairRows, row = pair * kPairRows + r;
-    if (tok < ntok && row < job.n) {
-      float sum = 0.0f;
+      if (lu < u1) {  // refill the stage just consumed
+        load_w(d, lc);
+        load_x(d, lc.kb);
+        ++lu;
+        advance(lc, lu);
+      }
+      const bool pair_done = cc.kb == kblocks - 1 || u + 1 == u1;
+      const Cursor done = cc;
+      advance(cc, u + 1);
+      if (!pair_done) continue;
+      // ---- this warp is done with its share of pair `done` ----
+      TiledJob job = jobs.job[0];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += red[w][tok][r];
-      job.y[static_cast<size_t>(tok0 + tok) * job.n + row] = sum;
+      for (int i = 1; i < kMaxJobs; ++i)
+        if (i == done.job) job = jobs.job[i];
+      const int p_lo = done.gpair * kblocks, p_hi = p_lo + kblocks;  // the pair's units
+      const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
+      const int row0 = done.pair * kPairRows;
+      float v[2 * kWarpTiles];
+#pragma unroll
+      for (int i = 0; i < 2 * kWarpTiles; ++i) {
+        v[i] = acc[i / 2][i % 2];
+        acc[i / 2][i % 2] = 0.0f;
+      }
+      auto row_of = [&](int i) { return (i / 2) * kTileRows + g + 8 * (i % 2); };
+      if (first == last) {  // the whole group was ours
+        if (tig < ntok)
+#pragma unroll
+          for (int i = 0; i < 2 * kWarpTiles; ++i)
+            if (row0 + row_of(i) < job.n)
+              job.y[static_cast<size_t>(tok0 + tig) * job.n + row0 + row_of(i)] = v[i];
+        continue;
+      }
+      float* slots = partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair) * plan.slots *
+                                   (kPairRows * kTok);
+#pragma unroll
+      for (int i = 0; i < 2 * kWarpTiles; ++i)
+        slots[(gw - first) * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
+      __threadfence();
+      __syncwarp();
+      int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair;
+      int arrived = 0;
+      if (lane == 0) arrived = atomicAdd(counter, 1);
+      arrived = __shfl_sync(kFullMask, arrived, 0);
+      if (arrived != last - first) continue;
+      __threadfence();  // every other slot of the group is visible (written before its fence)
+#pragma unroll
+      for (int rr = 0; rr < kPairRows / 32; ++rr) {
+        const int row = rr * 32 + lane;
+        if (row0 + row < job.n)
+          for (int tok = 0; tok < ntok; ++tok) {
+            float sum = 0.0f;
+#pragma unroll 4
+            for (int r = 0; r <= last - first; ++r)
+              sum += __ldcg(slots + r * (kPairRows * kTok) + row * kTok + tok);
+            job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + row] = sum;
+          }
+      }
+      if (lane == 0) *counter = 0;  // ready for the next launch
     }
   }
+}
+
+StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
+  StreamPlan p;
+  for (int j = 0; j < jobs.count; ++j) {
+    p.pair_start[j] = p.pairs;
+    p.unit_start[j] = p.pairs * kblocks;
+    p.pairs += static_cast<int>(tiled_pairs(jobs.job[j].n));
+  }
+  p.pair_start[jobs.count] = p.pairs;
+  p.units = p.pairs * kblocks;
+  p.unit_start[jobs.count] = p.units;
+  const int warps = sm_count * kBlocksPerSm * kWarps;
+  p.per_warp = std::max(1, (p.units + warps - 1) / warps);
+  p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;  // a pair meets at most this many ranges
+  return p;
+}
+
+unsigned stream_blocks(const StreamPlan& p) {
+  const int warps = (p.units + p.per_warp - 1) / p.per_warp;
+  return blocks_for(warps, kWarps);
 }
 
 // ---- repack ---------------------------------------------------------------------------
@@ -217,13 +354,26 @@ __device__ __forceinline__ float raw_elem(const uint8_t* row, int64_t c) {
   }
 }
 
-// Block per row; 16-bit and f32 rows are read 16 bytes at a time when aligned.
+// Block per row of any job; 16-bit and f32 rows are read 16 bytes at a time when aligned.
 template <RawType T>
 __global__ void __launch_bounds__(128)
-    matvec_raw_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n, int64_t k,
-                      const float* __restrict__ x, float* __restrict__ y, int t) {
-  const int row = blockIdx.x;
-  const uint8_t* wr = w + static_cast<size_t>(row) * row_bytes;
+    matvec_raw_kernel(RawJobs jobs, size_t row_bytes, int64_t k, const float* __restrict__ x, int t) {
+  pdl_trigger();
+  pdl_wait();
+  int row = blockIdx.x;
+  RawJob job = jobs.job[0];
+  bool found = false;
+#pragma unroll
+  for (int j = 0; j < kMaxJobs; ++j)  // constant indices only (see matvec_tiled_kernel)
+    if (!found && j < jobs.count) {
+      if (row < jobs.job[j].n) {
+        job = jobs.job[j];
+        found = true;
+      } else {
+        row -= jobs.job[j].n;
+      }
+    }
+  const uint8_t* wr = job.w + static_cast<size_t>(row) * row_bytes;
   constexpr bool kHalf = T == RawType::F16 || T == RawType::BF16;
   constexpr int V = kHalf ? 8 : 4;  // elements per 16-byte load
   const bool vec = (T == RawType::F32 || kHalf) && k % V == 0 && row_bytes % 16 == 0;
@@ -231,6 +381,7 @@ __global__ void __launch_bounds__(128)
     const float* xi = x + static_cast<int64_t>(i) * k;
     float acc = 0.0f;
     if (vec) {
+#pragma unroll 4
       for (int64_t c = threadIdx.x * V; c < k; c += blockDim.x * V) {
         const uint4 raw = *reinterpret_cast<const uint4*>(wr + c * (kHalf ? 2 : 4));
         const float4 x0 = *reinterpret_cast<const float4*>(xi + c);
@@ -249,13 +400,15 @@ __global__ void __launch_bounds__(128)
       for (int64_t c = threadIdx.x; c < k; c += blockDim.x) acc += raw_elem<T>(wr, c) * xi[c];
     }
     acc = block_sum(acc);
-    if (threadIdx.x == 0) y[static_cast<int64_t>(i) * n + row] = acc;
+    if (threadIdx.x == 0) job.y[static_cast<int64_t>(i) * job.n + row] = acc;
   }
 }
 
 template <RawType T>
 __global__ void embed_raw_kernel(const uint8_t* __restrict__ table, size_t row_bytes, int64_t k,
                                  const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= k) return;
   const int i = blockIdx.y;
@@ -264,6 +417,8 @@ __global__ void embed_raw_kernel(const uint8_t* __restrict__ table, size_t row_b
 
 __global__ void embed_tiled_kernel(const uint8_t* __restrict__ table, int64_t k, int groups,
                                    const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= k) return;
   const int i = blockIdx.y;
@@ -305,10 +460,10 @@ void dispatch_raw(RawType type, Args&&... args) {
 
 template <RawType T>
 struct MatvecRaw {
-  static void run(const uint8_t* w, size_t row_bytes, int64_t n, int64_t k, const float* x, float* y, int t,
-                  cudaStream_t s) {
-    matvec_raw_kernel<T>
-        <<<static_cast<unsigned>(n), 128, 0, s>>>(w, row_bytes, static_cast<int>(n), k, x, y, t);
+  static void run(const RawJobs& jobs, size_t row_bytes, int64_t k, const float* x, int t, cudaStream_t s) {
+    int rows = 0;
+    for (int j = 0; j < jobs.count; ++j) rows += jobs.job[j].n;
+    launch(matvec_raw_kernel<T>, static_cast<unsigned>(rows), 128, 0, s, jobs, row_bytes, k, x, t);
   }
 };
 
@@ -316,7 +471,7 @@ template <RawType T>
 struct EmbedRaw {
   static void run(const uint8_t* table, size_t row_bytes, int64_t k, const int32_t* tokens, int t, float* out,
                   cudaStream_t s) {
-    embed_raw_kernel<T><<<dim3(blocks_for(k, 256), t), 256, 0, s>>>(table, row_bytes, k, tokens, out);
+    launch(embed_raw_kernel<T>, dim3(blocks_for(k, 256), t), 256, 0, s, table, row_bytes, k, tokens, out);
   }
 };
 
@@ -325,34 +480,41 @@ struct EmbedRaw {
 void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, cudaStream_t s) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const int64_t blocks = static_cast<int64_t>(t) * kblocks;
-  quantize_kernel<<<blocks_for(blocks, 8), 256, 0, s>>>(x, xq, meta, blocks, kblocks, k);
+  launch(quantize_kernel, blocks_for(blocks, 8), 256, 0, s, x, xq, meta, blocks, kblocks, k);
+}
+
+void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
+                          size_t* counters) {
+  const StreamPlan p = plan_stream(jobs, static_cast<int>(k / kBlockK), sm_count);
+  const size_t groups = static_cast<size_t>((t + kTok - 1) / kTok);
+  *partial_floats = groups * p.pairs * p.slots * kPairRows * kTok;
+  *counters = groups * p.pairs;
 }
 
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  cudaStream_t s) {
-  int64_t pairs = 0;
-  for (int j = 0; j < jobs.count; ++j) pairs += tiled_pairs(jobs.job[j].n);
-  const dim3 grid(static_cast<unsigned>(pairs), static_cast<unsigned>((t + kTok - 1) / kTok));
+                  int sm_count, float* partial, int* counters, cudaStream_t s) {
   const int kblocks = static_cast<int>(k / kBlockK);
+  const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
+  const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
-    matvec_tiled_kernel<2><<<grid, kWarps * 32, 0, s>>>(jobs, xq, meta, t, kblocks);
+    launch(matvec_tiled_kernel<2>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
   else
-    matvec_tiled_kernel<1><<<grid, kWarps * 32, 0, s>>>(jobs, xq, meta, t, kblocks);
+    launch(matvec_tiled_kernel<1>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
 }
 
 void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,
                   cudaStream_t s) {
   const int kblocks = static_cast<int>(k / kBlockK);
-  const int64_t chunks = tiled_pairs(rows) * 2 * kblocks;
+  const int64_t chunks = tiled_pairs(rows) * kWarpTiles * kblocks;
   repack_codes_kernel<<<blocks_for(chunks * 128, 256), 256, 0, s>>>(src, row_bytes, rows, kblocks, groups,
                                                                     chunks * 128, dst);
   repack_scales_kernel<<<blocks_for(chunks * 8 * groups, 256), 256, 0, s>>>(src, row_bytes, rows, kblocks,
                                                                             groups, chunks * 8 * groups, dst);
 }
 
-void matvec_raw(RawType type, const uint8_t* w, size_t row_bytes, int64_t n, int64_t k, const float* x,
-                float* y, int t, cudaStream_t s) {
-  dispatch_raw<MatvecRaw>(type, w, row_bytes, n, k, x, y, t, s);
+void matvec_raw(RawType type, const RawJobs& jobs, size_t row_bytes, int64_t k, const float* x, int t,
+                cudaStream_t s) {
+  dispatch_raw<MatvecRaw>(type, jobs, row_bytes, k, x, t, s);
 }
 
 void embed_raw(RawType type, const uint8_t* table, size_t row_bytes, int64_t k, const int32_t* tokens, int t,
@@ -362,7 +524,7 @@ void embed_raw(RawType type, const uint8_t* table, size_t row_bytes, int64_t k, 
 
 void embed_tiled(const uint8_t* table, int64_t k, int groups, const int32_t* tokens, int t, float* out,
                  cudaStream_t s) {
-  embed_tiled_kernel<<<dim3(blocks_for(k, 256), t), 256, 0, s>>>(table, k, groups, tokens, out);
+  launch(embed_tiled_kernel, dim3(blocks_for(k, 256), t), 256, 0, s, table, k, groups, tokens, out);
 }
 
 }  // namespace bonsai::cuda

@@ -1,5 +1,7 @@
 // RMS norms and the blockwise Walsh–Hadamard site (optionally quantizing its
 // output for the ternary matvec in the same pass).
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
@@ -11,6 +13,8 @@ namespace {
 
 __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ gain, float* y,
                                int64_t n, float eps) {
+  pdl_trigger();
+  pdl_wait();
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
   float ss = 0.0f;
@@ -24,6 +28,8 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
 __global__ void gated_rmsnorm_kernel(const float* __restrict__ o, const float* __restrict__ z,
                                      const float* __restrict__ w, float* __restrict__ y, int64_t rows,
                                      int64_t d, float eps) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -36,7 +42,7 @@ __global__ void gated_rmsnorm_kernel(const float* __restrict__ o, const float* _
 }
 
 // In-place blockwise FWHT of buf[0, n) (blocks of `block`), the reference's butterfly
-// order, then the 1/√B scale; all threads of the block take part.
+// order; all threads of the block take part.
 __device__ void fwht_shared(float* buf, int n, int block) {
   for (int h = 1; h < block; h <<= 1) {
     for (int i = threadIdx.x; i < n / 2; i += blockDim.x) {
@@ -59,74 +65,111 @@ __device__ void quantize_shared(const float* buf, int n, int64_t first_blk, uint
   }
 }
 
-// Block per (row, Hadamard block): the block in shared memory, the reference's butterfly
-// order (so the result is bit-identical to kernels/ref/fwht.cpp), then the optional
-// quantization. With `up`, the input is silu(x) ⊙ up, also written to `act` (swiglu site).
-__global__ void hadamard_kernel(const float* x, const float* __restrict__ up, float* __restrict__ act,
-                                const float* __restrict__ signs, float* y, int64_t k, int block, bool inverse,
-                                uint8_t* __restrict__ xq, float4* __restrict__ meta) {
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
+__device__ __forceinline__ float4 scale4(float4 a, float s) {
+  return make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
+}
+
+constexpr int kMaxVec = 2;  // float4s per thread: blocks up to 8192 with 1024 threads
+
+// Block per (row, Hadamard block); thread i holds float4s i, i + blockDim, ... of the block,
+// all loaded in one round trip. The reference's butterfly order (bit-identical to
+// kernels/ref/fwht.cpp), then the optional quantization. With `up`, the input is
+// silu(x) ⊙ up, also written to `act` (the SwiGLU site).
+__global__ void hadamard_kernel(const float* x, const float* up, float* act, const float* __restrict__ signs,
+                                float* y, int64_t k, int block, bool inverse, uint8_t* __restrict__ xq,
+                                float4* __restrict__ meta) {
   extern __shared__ float buf[];
-  const int64_t row = blockIdx.x, b0 = static_cast<int64_t>(blockIdx.y) * block;
-  const float* xr = x + row * k + b0;
-  for (int i = threadIdx.x; i < block; i += blockDim.x) {
-    float v = xr[i];
+  pdl_trigger();
+  pdl_wait();
+  const int64_t off = blockIdx.x * k + static_cast<int64_t>(blockIdx.y) * block;
+  const int b0 = blockIdx.y * block;
+  float4 v[kMaxVec], sg[kMaxVec], u[kMaxVec];
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int i = (threadIdx.x + r * blockDim.x) * 4;
+    if (i >= block) break;
+    v[r] = ld4(x + off + i);
+    if (up) u[r] = ld4(up + off + i);
+    if (signs) sg[r] = ld4(signs + b0 + i);
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int i = (threadIdx.x + r * blockDim.x) * 4;
+    if (i >= block) break;
     if (up) {
-      v = silu(v) * up[row * k + b0 + i];
-      act[row * k + b0 + i] = v;
+      v[r] = make_float4(silu(v[r].x) * u[r].x, silu(v[r].y) * u[r].y, silu(v[r].z) * u[r].z,
+                         silu(v[r].w) * u[r].w);
+      st4(act + off + i, v[r]);
     }
-    if (!inverse && signs) v *= signs[b0 + i];
-    buf[i] = v;
+    st4(buf + i, !inverse && signs ? mul4(v[r], sg[r]) : v[r]);
   }
   __syncthreads();
   fwht_shared(buf, block, block);
   const float scale = 1.0f / sqrtf(static_cast<float>(block));
-  float* yr = y + row * k + b0;
-  for (int i = threadIdx.x; i < block; i += blockDim.x) {
-    float v = buf[i] * scale;
-    if (inverse && signs) v *= signs[b0 + i];
-    yr[i] = v;
-    buf[i] = v;
+#pragma unroll
+  for (int r = 0; r < kMaxVec; ++r) {
+    const int i = (threadIdx.x + r * blockDim.x) * 4;
+    if (i >= block) break;
+    float4 o = scale4(ld4(buf + i), scale);
+    if (inverse && signs) o = mul4(o, sg[r]);
+    st4(y + off + i, o);
+    st4(buf + i, o);
   }
   if (!xq) return;
   __syncthreads();
-  quantize_shared(buf, block, row * (k / kBlockK) + b0 / kBlockK, xq, meta);
+  quantize_shared(buf, block, off / kBlockK, xq, meta);
 }
 
-// Block per row: x_out = x + delta, normed = rmsnorm(x_out)·gain, rotated = FWHT(s ⊙ normed)/√B,
-// quantized. The same arithmetic as add, rmsnorm and hadamard_kernel in sequence.
+// Block per (row, Hadamard block), blockDim = block/4: x_out = x + delta, normed =
+// rmsnorm(x_out)·gain, rotated = FWHT(s ⊙ normed)/√B, quantized; the same arithmetic as
+// add, rmsnorm and hadamard_kernel in sequence. Each block sums the squares of the whole
+// row (every load in flight at once) and keeps its own float4 of it.
 __global__ void residual_norm_kernel(const float* x, const float* delta, float* x_out,
                                      const float* __restrict__ gain, const float* __restrict__ signs,
                                      float* __restrict__ normed, float* __restrict__ rotated, int n,
                                      int block, float eps, uint8_t* __restrict__ xq,
                                      float4* __restrict__ meta) {
   extern __shared__ float buf[];
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * n;
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
+  const int n4 = n / 4, own = blockIdx.y;  // own float4 = iteration `own` of the loop below
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = x[base + i];
-    if (delta) v = v + delta[base + i];
-    x_out[base + i] = v;
-    buf[i] = v;
-    ss += v * v;
+  float4 mine = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+  for (int r = 0; r * static_cast<int>(blockDim.x) < n4; ++r) {
+    const int j = threadIdx.x + r * blockDim.x;
+    float4 v = ld4(x + row + 4 * j);
+    if (delta) {
+      const float4 d = ld4(delta + row + 4 * j);
+      v = make_float4(v.x + d.x, v.y + d.y, v.z + d.z, v.w + d.w);
+    }
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (r == own) mine = v;
   }
+  const int i = 4 * threadIdx.x, col = own * block + i;
+  const float4 gn = ld4(gain + col);
+  const float4 sg = signs ? ld4(signs + col) : make_float4(1, 1, 1, 1);
+  st4(x_out + row + col, mine);
   ss = block_sum(ss);
   const float scale = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = buf[i] * scale * gain[i];
-    normed[base + i] = v;
-    buf[i] = signs ? v * signs[i] : v;
-  }
+  const float4 nv =
+      make_float4(mine.x * scale * gn.x, mine.y * scale * gn.y, mine.z * scale * gn.z, mine.w * scale * gn.w);
+  st4(normed + row + col, nv);
+  st4(buf + i, signs ? mul4(nv, sg) : nv);
   __syncthreads();
-  fwht_shared(buf, n, block);
-  const float bscale = 1.0f / sqrtf(static_cast<float>(block));
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = buf[i] * bscale;
-    rotated[base + i] = v;
-    buf[i] = v;
-  }
+  fwht_shared(buf, block, block);
+  const float4 o = scale4(ld4(buf + i), 1.0f / sqrtf(static_cast<float>(block)));
+  st4(rotated + row + col, o);
+  st4(buf + i, o);
   if (!xq) return;
   __syncthreads();
-  quantize_shared(buf, n, static_cast<int64_t>(blockIdx.x) * (n / kBlockK), xq, meta);
+  quantize_shared(buf, block, (row + own * block) / kBlockK, xq, meta);
 }
 
 }  // namespace
@@ -134,12 +177,12 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
 void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps,
              cudaStream_t s) {
   const int threads = n >= 1024 ? 512 : 128;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, gain, y, n, eps);
+  launch(rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, s, x, gain, y, n, eps);
 }
 
 void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d,
                    float eps, cudaStream_t s) {
-  gated_rmsnorm_kernel<<<blocks_for(rows, 8), 256, 0, s>>>(o, z, w, y, rows, d, eps);
+  launch(gated_rmsnorm_kernel, blocks_for(rows, 8), 256, 0, s, o, z, w, y, rows, d, eps);
 }
 
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
@@ -149,18 +192,18 @@ void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_
 
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s) {
-  const int threads = static_cast<int>(block >= 512 ? 256 : block >= 64 ? block / 2 : 32);
+  const int threads = static_cast<int>(std::clamp<int64_t>(block / 4, 32, 1024));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block));
-  hadamard_kernel<<<grid, threads, block * sizeof(float), s>>>(x, up, act, signs, y, k,
-                                                               static_cast<int>(block), inverse, xq, meta);
+  launch(hadamard_kernel, grid, threads, block * sizeof(float), s, x, up, act, signs, y, k,
+         static_cast<int>(block), inverse, xq, meta);
 }
 
 void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
                         const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                         int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s) {
-  residual_norm_kernel<<<static_cast<unsigned>(rows), 1024, n * sizeof(float), s>>>(
-      x, delta, x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq,
-      meta);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n / block));
+  launch(residual_norm_kernel, grid, static_cast<unsigned>(block / 4), block * sizeof(float), s, x, delta,
+         x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq, meta);
 }
 
 }  // namespace bonsai::cuda

@@ -11,12 +11,13 @@ __device__ __forceinline__ int quant_q(float v) {
   return min(max(__float2int_rn(v), -static_cast<int>(kActQMax)), static_cast<int>(kActQMax));
 }
 
-// One warp quantizes one 128-column block; the lane holds natural columns 4·lane .. 4·lane+3,
-// so lanes 0-15 form the first 64-column half and lanes 16-31 the second.
+// One warp quantizes one 128-column block; the lane holds natural columns 4·lane .. 4·lane+3.
+// One scale per 128 columns (like the CPU path for 128-groups), stored for both 64-column
+// halves, and Σq per half (64-groups of Q2_0 g64 need each half's sum).
 __device__ __forceinline__ void quantize_block(float4 v, int lane, uint32_t* out, float4* meta) {
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
   const float inv = amax > 0.0f ? kActQMax / amax : 0.0f;
   const float scale = amax / kActQMax;
   const int q[4] = {quant_q(v.x * inv), quant_q(v.y * inv), quant_q(v.z * inv), quant_q(v.w * inv)};
@@ -29,13 +30,12 @@ __device__ __forceinline__ void quantize_block(float4 v, int lane, uint32_t* out
     sum += q[b];
   }
 #pragma unroll
-  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);  // within each half
   const int w = act_word(lane * 4);
   out[w] = hi;
   out[32 + w] = lo;
-  const float scale1 = __shfl_sync(kFullMask, scale, 16);
   const int sum1 = __shfl_sync(kFullMask, sum, 16);
-  if (lane == 0) *meta = make_float4(scale, scale1, __int_as_float(sum), __int_as_float(sum1));
+  if (lane == 0) *meta = make_float4(scale, scale, __int_as_float(sum), __int_as_float(sum1));
 }
 
 }  // namespace bonsai::cuda

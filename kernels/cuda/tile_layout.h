@@ -17,18 +17,19 @@
 //   bytes [0, 512):   codes, word (lane, step s) at byte 16·lane + 4·s
 //   bytes [512, ...): fp16 scales, `groups` (1 for 128-groups, 2 for Q2_0 g64)
 //                     sets of 8 words; word g of set `sub` = {d(row g), d(row g+8)}
-// Chunks are stored [tile][kblock]; tiles are 16 rows, padded to an even count
-// (a warp covers two tiles); padding rows have code 0 and scale 0.
+// Chunks are stored [tile][kblock]; tiles are 16 rows, padded to a multiple of
+// kWarpTiles (a warp streams that many tiles together); padding rows have code 0
+// and scale 0.
 //
 // ---- Activations: int16-accurate, as two int8 halves ----------------------------
-// Exactly the CPU backend's Faithful numerics (kernels/cpu/matvec.h): per 64
-// inputs a scale s = amax/32639 and q = round(x/s) = 256·hi + lo. Per 128-column
+// The CPU backend's Faithful numerics (kernels/cpu/matvec.h): per 128 inputs a
+// scale s = amax/32639 and q = round(x/s) = 256·hi + lo. Per 128-column
 // block: 256 bytes, [hi: 32 words][lo: 32 words], word 8·tig + 2·s + h holding
 // natural columns 32·s + 16·h + 4·tig + (0..3), so a lane reads its eight B
 // words (four k-steps x two registers) as 32 contiguous bytes; plus a float4
-// {s0, s1, Σq0, Σq1 (int bits)} for the two 64-column halves.
-// The dot product of one 64-column half with codes c ∈ {0..3} (w = (c-1)·d) is
-//   d · s · (256·Σc·hi + Σc·lo − Σq)        (integer part exact in int32).
+// {s, s, Σq0, Σq1 (int bits)}: the scale for each 64-column half (both the block's) and
+// each half's sum. The dot product of a block (or half) with codes c ∈ {0..3}, w = (c-1)·d:
+//   d · s · (256·Σc·hi + Σc·lo − Σq)        (integer part exact: |.| < 2^24)
 #pragma once
 
 #include <cstdint>
@@ -41,10 +42,11 @@
 
 namespace bonsai::cuda {
 
-inline constexpr int kTileRows = 16;         // rows of one mma A fragment
-inline constexpr int kPairRows = 32;         // rows per warp (two tiles)
-inline constexpr int kBlockK = 128;          // columns per chunk
-inline constexpr int kCodeBytes = 512;       // 16 x 128 codes of 2 bits
+inline constexpr int kTileRows = 16;                      // rows of one mma A fragment
+inline constexpr int kWarpTiles = 4;                      // tiles a warp streams together (one "group")
+inline constexpr int kPairRows = kTileRows * kWarpTiles;  // rows per group
+inline constexpr int kBlockK = 128;                       // columns per chunk
+inline constexpr int kCodeBytes = 512;                    // 16 x 128 codes of 2 bits
 inline constexpr int kActBytes = 256;        // quantized activation bytes per 128 columns (hi + lo)
 inline constexpr float kActQMax = 32639.0f;  // |q| <= 32639 keeps hi in [-127, 127]
 
@@ -73,9 +75,10 @@ BONSAI_HD int act_hi(int q) { return (q + 128) >> 8; }  // arithmetic shift: flo
 BONSAI_HD int act_lo(int q) { return q - 256 * act_hi(q); }
 
 // Bytes of a tiled weight of n rows and k columns (k a multiple of 128).
+// Row groups (kPairRows rows, kWarpTiles tiles) of an n-row weight.
 BONSAI_HD int64_t tiled_pairs(int64_t n) { return (n + kPairRows - 1) / kPairRows; }
 BONSAI_HD int64_t tiled_bytes(int64_t n, int64_t k, int groups) {
-  return tiled_pairs(n) * 2 * (k / kBlockK) * chunk_bytes(groups);
+  return tiled_pairs(n) * kWarpTiles * (k / kBlockK) * chunk_bytes(groups);
 }
 
 }  // namespace bonsai::cuda

@@ -1,0 +1,204 @@
+// Internals of the CUDA backend shared by its translation units (cuda_backend.cpp:
+// memory, weights, ops; cuda_backend_record.cpp: recorded steps and benchmarks).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <unordered_map>
+
+#include "bonsai/error.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/tile_layout.h"
+
+namespace bonsai {
+namespace cuda_detail {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("cuda: {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// After a kernel launch: launch-configuration errors surface here, execution errors at the next sync.
+inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+using DevicePtr = std::unique_ptr<void, DeviceFree>;
+using PinnedPtr = std::unique_ptr<void, HostFree>;
+
+inline DevicePtr device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), what);
+  return DevicePtr(p);
+}
+
+// A device buffer that only grows. grow() reports whether the address changed (a
+// recorded step that used the old one is then stale).
+struct Growable {
+  DevicePtr mem;
+  size_t bytes = 0;
+  bool grow(size_t need, const char* what) {
+    if (need <= bytes) return false;
+    mem.reset();
+    mem = device_alloc(need, what);
+    bytes = need;
+    return true;
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(mem.get());
+  }
+};
+
+// A weight in device memory: tiled ternary codes (tile_layout.h) or the file layout.
+struct DeviceWeight {
+  bool tiled = false;
+  cuda::RawType raw = cuda::RawType::F32;
+  int groups = 1;  // tiled: scales per row per 128 columns
+  int64_t n = 0, k = 0;
+  size_t row_bytes = 0;  // raw layout
+  DevicePtr mem;
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(mem.get()); }
+  const float* f32() const { return static_cast<const float*>(mem.get()); }
+};
+
+inline bool raw_type(DType t, cuda::RawType& out) {
+  switch (t) {
+    case DType::F32:
+      out = cuda::RawType::F32;
+      return true;
+    case DType::F16:
+      out = cuda::RawType::F16;
+      return true;
+    case DType::BF16:
+      out = cuda::RawType::BF16;
+      return true;
+    case DType::Q8_0:
+      out = cuda::RawType::Q8_0;
+      return true;
+    case DType::Q1_0:
+      out = cuda::RawType::Q1_0;
+      return true;
+    case DType::PQ2_0:
+    case DType::Q2_0_G128:
+      out = cuda::RawType::Q2_128;
+      return true;
+    case DType::Q2_0_G64:
+      out = cuda::RawType::Q2_64;
+      return true;
+    default:
+      return false;
+  }
+}
+
+constexpr int kDecodeSplits = 32;            // attention splits of a (recordable) single-token step
+constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
+
+}  // namespace cuda_detail
+
+using namespace cuda_detail;
+
+struct CudaBackend::Impl {
+  int device = 0;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+  std::unordered_map<float*, DevicePtr> buffers;
+  size_t buffer_bytes = 0;
+  std::unordered_map<const DeviceWeight*, std::unique_ptr<DeviceWeight>> weights;
+  size_t weight_bytes = 0, reported_gb = 0;
+
+  // Quantized activation of the last matvec input (or Hadamard output): reused while
+  // nothing has written to the source since.
+  Growable xq, meta;
+  const float* q_src = nullptr;
+  int64_t q_rows = 0, q_k = 0;
+
+  Growable part, tokens;
+  Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
+  int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads
+  PinnedPtr step_host;
+  DevicePtr step_mem;
+
+  // Upload staging: two pinned + two device slots, so filling one overlaps the copy of the other.
+  PinnedPtr pinned[2];
+  DevicePtr raw_slot[2];
+  cudaEvent_t slot_free[2] = {nullptr, nullptr};
+
+  // The GDN core is issued as gdn_gates, gdn_recurrence, gated_rmsnorm, transpose_heads;
+  // they are held back here and run as one kernel (cuda::gdn_fused). Any other op first
+  // flushes what is pending, so every op still sees the results of the ops before it.
+  struct Pending {
+    bool gates = false, rec = false, norm = false;
+    const float *alpha = nullptr, *beta_in = nullptr, *ssm_a = nullptr, *dt_bias = nullptr;
+    float *g = nullptr, *beta = nullptr;
+    int gates_t = 0, gates_nv = 0;
+    cuda::GdnFused f;  // the recurrence (g/beta or the gates, state, out, shape)
+    const float *z = nullptr, *norm_w = nullptr;
+    float* norm_y = nullptr;
+    float norm_eps = 0.0f;
+  } pend;
+  void flush();
+
+  bool capturing = false, warm = false;
+  cudaGraphExec_t exec = nullptr;
+
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    if (exec) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t e : slot_free)
+      if (e) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void invalidate_quant() { q_src = nullptr; }
+  // Every op reports what it wrote, so the cached quantization never goes stale.
+  void wrote(const void* p, size_t bytes) {
+    if (!q_src) return;
+    const auto* a = static_cast<const uint8_t*>(p);
+    const auto* s = reinterpret_cast<const uint8_t*>(q_src);
+    if (a < s + q_rows * q_k * sizeof(float) && s < a + bytes) invalidate_quant();
+  }
+  void drop_recording() {
+    if (exec) cudaGraphExecDestroy(exec);
+    exec = nullptr;
+    warm = false;
+  }
+  void grow(Growable& g, size_t need, const char* what) {
+    if (need <= g.bytes) return;
+    if (capturing) fail("cuda: {} must grow while a step is being recorded", what);
+    if (g.grow(need, what)) drop_recording();
+  }
+
+  // Weights live in device memory only after prepare(); host bytes are never read by an op.
+  static const DeviceWeight& dev(const Weight& w) {
+    if (!w.prepared) fail("cuda: weight '{}' was not prepared (Backend::prepare) before use", w.name);
+    return *static_cast<const DeviceWeight*>(w.prepared);
+  }
+
+  DeviceWeight* upload(const Weight& w);
+  void upload_rows(const Weight& w, DeviceWeight& d);
+
+  // The quantized form of x [t][k], computing it unless it is the cached one.
+  void quantized(const float* x, int t, int64_t k) {
+    if (q_src == x && q_rows == t && q_k == k) return;
+    reserve_quant(t, k);
+    cuda::quantize_act(x, xq.as<uint8_t>(), meta.as<float4>(), t, k, stream);
+    check_launch("quantize");
+    q_src = x;
+    q_rows = t;
+    q_k = k;
+  }
+  void reserve_quant(int64_t rows, int64_t k) {
+    grow(xq, static_cast<size_t>(rows) * (k / cuda::kBlockK) * cuda::kActBytes,
+         "activation quantization buffer");
+    grow(meta, static_cast<size_t>(rows) * (k / cuda::kBlockK) * sizeof(float4), "activation scale buffer");
+  }
+  const int* pos_dev() const { return capturing ? step_dev : nullptr; }
+};
+
+}  // namespace bonsai
