@@ -61,6 +61,7 @@ class Session {
   int position() const;
   int n_ctx() const;
   const Model& model() const;
+  std::string backend_name() const;  // the backend actually running (e.g. cpu-avx512, cuda)
   uint64_t tokens_processed() const;  // counts every token ever fed (test hook: cache reuse)
 
   std::vector<OpProfile> profile() const;  // empty unless SessionOptions::profile

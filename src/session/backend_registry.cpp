@@ -11,14 +11,21 @@ namespace bonsai {
 
 std::vector<std::string> backend_names() {
 #if BONSAI_HAVE_CUDA
-  return {"ref", "fast", "fast-int8", "cuda"};
+  return {"auto", "ref", "fast", "cpu", "fast-int8", "cuda"};
 #else
-  return {"ref", "fast", "fast-int8"};
+  return {"auto", "ref", "fast", "cpu", "fast-int8"};
 #endif
 }
 
 std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) {
   if (path == "ref") return std::make_unique<RefBackend>();
+  // "auto": CUDA when a usable device exists, else the fast CPU path.
+  if (path == "auto") {
+#if BONSAI_HAVE_CUDA
+    if (cuda_device_count() > 0) return std::make_unique<CudaBackend>(0);
+#endif
+    return create_backend("fast", n_threads);
+  }
   // "fast": the CPU kernels at the best ISA this CPU has (BONSAI_ISA=scalar|avx2|avx512 forces one),
   // with faithful (int16-accurate) activations; "fast-int8" trades fidelity for speed.
   if (path == "fast" || path == "cpu") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Faithful);

@@ -69,6 +69,19 @@ void ProfilingBackend::transpose_heads(const float* x, float* y, int64_t rows, i
 void ProfilingBackend::take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) {
   timed("take_part", 0, [&] { inner_->take_part(x, y, rows, parts, part, d); });
 }
+void ProfilingBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                                          const float* signs, int64_t block, float* normed, float* rotated,
+                                          int64_t rows, int64_t n, float eps) {
+  timed("residual_norm_site", 0,
+        [&] { inner_->residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps); });
+}
+void ProfilingBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                                   float* rotated, int64_t rows, int64_t n) {
+  timed("swiglu_site", 0, [&] { inner_->swiglu_site(gate, up, act, signs, block, rotated, rows, n); });
+}
+void ProfilingBackend::store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
+  timed("store_rows", 0, [&] { inner_->store_rows(cache, src, width, t, pos0); });
+}
 void ProfilingBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
   timed("rope", 0, [&] { inner_->rope(x, t, n_head, head_dim, n_rot, base, pos0); });
 }

@@ -46,6 +46,12 @@ class ProfilingBackend : public Backend {
   void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n) override;
   void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d) override;
   void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) override;
+  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain, const float* signs,
+                          int64_t block, float* normed, float* rotated, int64_t rows, int64_t n, float eps) override;
+  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block, float* rotated,
+                   int64_t rows, int64_t n) override;
+  void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) override;
+  // The capture hooks keep their no-op defaults: a profiled run executes every op eagerly.
   void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
   void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s) override;

@@ -100,6 +100,7 @@ void Session::reset() {
 int Session::position() const { return impl_->pos; }
 int Session::n_ctx() const { return impl_->n_ctx; }
 const Model& Session::model() const { return impl_->model; }
+std::string Session::backend_name() const { return std::string(impl_->backend->name()); }
 uint64_t Session::tokens_processed() const { return impl_->processed; }
 
 std::vector<OpProfile> Session::profile() const {

@@ -28,7 +28,7 @@ struct BenchCli {
   std::vector<int> n_gen{128};
   int reps = 5;
   std::vector<int> threads;
-  std::vector<std::string> paths{"fast"};
+  std::vector<std::string> paths{"auto"};
   std::string output = "md";
   bool no_bandwidth = false;
   bool profile = false;
@@ -134,7 +134,7 @@ void run(const BenchCli& o) {
             std::fflush(stderr);
           }
           fmt::print(stderr, " t/s\n");
-          Row row{model->path(), p, t.name, model->weight_bytes(), model->n_params(), nt};
+          Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
           for (double v : tps) row.mean += v / tps.size();
           for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
           row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
@@ -207,7 +207,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests; 0 = none)")->delimiter(',')->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Thread counts (default: physical cores)")->delimiter(',');
-  cmd->add_option("--path", o->paths, "Compute paths: ref, fast, fast-int8")->delimiter(',')->capture_default_str();
+  cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")->delimiter(',')->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
   cmd->add_flag("--profile", o->profile, "After each tg test, print a per-op time breakdown (separate profiled run)");

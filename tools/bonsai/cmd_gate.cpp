@@ -71,7 +71,8 @@ void add_gate(CLI::App& app) {
   auto* cmd = app.add_subcommand("gate", "Token parity against reference logits (bonsai-parity/1 manifest)");
   cmd->add_option("manifest", g->o.manifest, "Parity manifest (e.g. ../shared/fixtures/manifest.json)")->required();
   cmd->add_option("--case", g->o.cases, "Only cases whose name equals or contains this (repeatable)");
-  cmd->add_option("--path", g->o.path, "Compute path: ref (scalar reference), fast (CPU kernels, faithful), fast-int8")->capture_default_str();
+  cmd->add_option("--path,--backend", g->o.path,
+                  "Compute path: ref (scalar reference), fast/cpu (CPU kernels, faithful), fast-int8, cuda, auto")->capture_default_str();
   cmd->add_option("--criteria", g->criteria, "auto (strict for ref, fast otherwise), strict or fast")
       ->capture_default_str();
   cmd->add_option("-t,--threads", g->o.n_threads, "Threads (0 = physical cores)")->check(CLI::Range(0, 1024));

@@ -35,8 +35,9 @@ void add_text_options(CLI::App* cmd, TextOptions& o) {
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's trained context)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.n_threads, "Threads (0: physical cores)")->capture_default_str();
-  cmd->add_option("--path", o.path,
-                  "Compute path: fast (CPU kernels, faithful), fast-int8, ref (scalar reference)")
+  cmd->add_option("--path,--backend", o.path,
+                  "Compute path: auto (cuda when a device exists, else fast), fast/cpu (CPU kernels, faithful), "
+                  "fast-int8, cuda, ref (scalar reference)")
       ->capture_default_str();
   cmd->add_option("-s,--seed", o.seed, "Sampling seed (-1: random)")->capture_default_str();
   auto* g = "Sampling";
