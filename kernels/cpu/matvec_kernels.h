@@ -64,4 +64,15 @@ void float_rows_avx512(const FloatArgs&, float*, int64_t, int64_t);
 // bandwidth; ~8 KB ahead keeps enough lines in flight.
 inline constexpr int64_t kPrefetchBytes = 8192;
 
+// A kernel that walks R rows side by side reads R interleaved streams, and a
+// row may be shorter than the prefetch distance; so it prefetches the same
+// column of the row group that lies ≈ kPrefetchBytes ahead in its own reading
+// order: a whole number of R-row steps. (static: no shared inline symbol
+// between units compiled for different ISAs.)
+static inline int64_t prefetch_offset(int64_t row_bytes, int rows_per_step) {
+  const int64_t step = row_bytes * rows_per_step;
+  const int64_t steps = (kPrefetchBytes + step / 2) / step;
+  return step * (steps > 0 ? steps : 1);
+}
+
 }  // namespace bonsai::cpu::detail

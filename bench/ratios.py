@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Turn a bonsai_bench JSON report into the tables of docs/performance.md.
+
+Usage: bonsai_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+           --benchmark_out=bench.json --benchmark_out_format=json
+       python3 bench/ratios.py bench.json
+
+Every matvec figure is divided by the median read_bandwidth (2 threads) of the
+same run; the projected decode time per token sums, over the 27B's weight
+inventory, weight bytes / measured GB/s for each shape.
+"""
+import json
+import re
+import sys
+
+# Bonsai 2 27B linear layers per token: (K, N, count). 48 GDN + 16 attention layers.
+GDN, ATT = 48, 16
+INVENTORY = [
+    (5120, 10240, GDN),  # attn_qkv
+    (5120, 6144, GDN),  # attn_gate (z)
+    (6144, 5120, GDN + ATT),  # ssm_out / attn_output
+    (5120, 12288, ATT),  # attn_q (query | gate)
+    (5120, 1024, 2 * ATT),  # attn_k, attn_v
+    (5120, 17408, 2 * (GDN + ATT)),  # ffn_gate, ffn_up
+    (17408, 5120, GDN + ATT),  # ffn_down
+    (5120, 248320, 1),  # output (head)
+]
+BYTES_PER_WEIGHT = {"pq2": 34 / 128, "ptq1": 28 / 128}
+
+
+def main(path):
+    data = json.load(open(path))
+    med = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            med[b["run_name"]] = b
+    bw = None
+    for name, b in med.items():
+        if name.startswith("read_bandwidth/threads:2"):
+            bw = b["bytes_per_second"]
+    if bw is None:
+        sys.exit("no read_bandwidth/threads:2 median in the report")
+    ctx = data.get("context", {})
+    print(f"run: {ctx.get('date', '?')}, load average {ctx.get('load_avg', '?')}")
+    print(f"read_bandwidth (2 threads, median): {bw / 1e9:.2f} GB/s\n")
+
+    rows = {}
+    for name, b in med.items():
+        m = re.match(r"BM_matvec/(\w+)/K:(\d+)/N:(\d+)/threads:(\d+)", name)
+        if not m:
+            continue
+        mode, k, n, t = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+        rows.setdefault(mode, {})[(k, n, t)] = b["bytes_per_second"]
+    modes = sorted(rows)
+    shapes = sorted({s for mode in rows.values() for s in mode})
+    print("| K × N (threads) | " + " | ".join(modes) + " |")
+    print("|---" * (len(modes) + 1) + "|")
+    for s in shapes:
+        cells = []
+        for mode in modes:
+            v = rows[mode].get(s)
+            cells.append(f"{v / bw:.2f} ({v / 1e9:.1f})" if v else "")
+        print(f"| {s[0]} × {s[1]} ({s[2]}) | " + " | ".join(cells) + " |")
+    print("\ncells: fraction of read_bandwidth (GB/s)\n")
+
+    for mode in modes:
+        fmt = "ptq1" if mode.startswith("ptq1") else "pq2"
+        total_bytes = total_s = 0.0
+        ok = True
+        for k, n, count in INVENTORY:
+            v = rows[mode].get((k, n, 2))
+            if not v:
+                ok = False
+                break
+            nbytes = k * n * BYTES_PER_WEIGHT[fmt] * count
+            total_bytes += nbytes
+            total_s += nbytes / v
+        if ok:
+            print(f"{mode}: ternary weights {total_bytes / 1e9:.2f} GB/token, matvec time "
+                  f"{total_s * 1e3:.0f} ms/token = {total_s / (total_bytes / bw):.2f} × (bytes ÷ read_bandwidth)")
+
+    hot = {name.split("/")[1]: b for name, b in med.items() if name.startswith("BM_matvec_hot/")}
+    if hot:
+        print("\ncompute ceiling, one core, L2-resident 5120×128 (CPU time); per-core share of read_bandwidth "
+              f"= {bw / 2e9:.1f} GB/s")
+        for mode, b in sorted(hot.items()):
+            print(f"  {mode}: {b['bytes_per_second'] / 1e9:.1f} GB/s = {b['bytes_per_second'] / (bw / 2):.2f} × share")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
