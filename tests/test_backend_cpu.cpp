@@ -17,16 +17,12 @@
 #include "kernels/ref/ops.h"
 #include "runtime/cpu_features.h"
 
+#include "test_util.h"
+
 namespace bonsai {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing_util::randn;
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double mx = 0, d = 0;

@@ -26,16 +26,12 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "test_util.h"
+
 namespace bonsai {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing_util::randn;
 
 // A weight matrix in its file layout, owning its bytes.
 struct HostWeight {

@@ -10,16 +10,12 @@
 #include "kernels/ref/fwht.h"
 #include "kernels/ref/ops.h"
 
+#include "test_util.h"
+
 namespace bonsai {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing_util::randn;
 
 std::vector<float> signs(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
