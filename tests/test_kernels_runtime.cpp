@@ -131,6 +131,17 @@ TEST(ThreadPool, NestedUseIsRefused) {
   EXPECT_EQ(refused.load(), 2);
 }
 
+TEST(ThreadPool, CreateUseDestroyQuickly) {
+  // Workers that start after the first job (or after the destructor began)
+  // must still see the stop signal: a lost wake-up here hangs the test.
+  for (int i = 0; i < 300; ++i) {
+    ThreadPool pool(2 + i % 2);
+    std::atomic<int> n{0};
+    if (i % 3) pool.parallel_for(4, [&](int64_t, int) { n.fetch_add(1); });
+    EXPECT_EQ(n.load(), i % 3 ? 4 : 0);
+  }
+}
+
 TEST(ThreadPool, DefaultThreadCountIsPositive) { EXPECT_GE(default_thread_count(), 1); }
 
 }  // namespace

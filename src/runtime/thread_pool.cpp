@@ -46,58 +46,66 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  stop_.store(true);
+  generation_.fetch_add(1);
   generation_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::drain(int thread) {
+void ThreadPool::drain(Slot& s, int thread) {
   for (;;) {
-    const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (t >= n_tasks_) return;
+    const int64_t t = s.next.fetch_add(1, std::memory_order_relaxed);
+    if (t >= s.n_tasks) return;
     try {
-      fn_(ctx_, t, thread);
+      s.fn(s.ctx, t, thread);
     } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
+      std::lock_guard lock(s.error_mutex);
+      if (!s.error) s.error = std::current_exception();
     }
   }
 }
 
 void ThreadPool::worker_main(int thread) {
+  // The generation the pool was created with: a worker that starts late must
+  // still notice every later bump (including the destructor's).
   uint32_t seen = 0;
   for (;;) {
-    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+    spin_until([&] { return generation_.load(std::memory_order_relaxed) != seen; });
     uint32_t g;
-    while ((g = generation_.load(std::memory_order_acquire)) == seen)
-      generation_.wait(seen, std::memory_order_acquire);
+    while ((g = generation_.load()) == seen) generation_.wait(seen);
     seen = g;
-    if (stop_.load(std::memory_order_relaxed)) return;
-    drain(thread);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    if (stop_.load()) return;
+    Slot& s = slots_[g & 1];
+    s.in_flight.fetch_add(1);
+    // Joined: the caller of job g + 2 (same slot) waits for us before it
+    // rewrites the slot. If the job moved on meanwhile, touch nothing.
+    if (generation_.load() == g) drain(s, thread);
+    s.in_flight.fetch_sub(1);
   }
 }
 
 void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (busy_.exchange(true, std::memory_order_acquire))
     throw std::logic_error("ThreadPool::parallel_for called re-entrantly or from two threads at once");
-  fn_ = fn;
-  ctx_ = ctx;
-  n_tasks_ = n_tasks;
-  error_ = nullptr;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  const uint32_t g = generation_.load(std::memory_order_relaxed) + 1;  // only this thread writes it
+  Slot& s = slots_[g & 1];
+  // Stragglers of job g - 2 may still be inside this slot (finding no tasks).
+  spin_until([&] { return s.in_flight.load() == 0; });
+  while (s.in_flight.load() != 0) std::this_thread::yield();
+  s.fn = fn;
+  s.ctx = ctx;
+  s.n_tasks = n_tasks;
+  s.error = nullptr;
+  s.next.store(0, std::memory_order_relaxed);
+  generation_.store(g);
   generation_.notify_all();
 
-  drain(0);
+  drain(s, 0);
+  // Every task is handed out; wait for the workers still running one.
+  spin_until([&] { return s.in_flight.load() == 0; });
+  while (s.in_flight.load() != 0) std::this_thread::yield();
 
-  spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
-  int p;
-  while ((p = pending_.load(std::memory_order_acquire)) != 0) pending_.wait(p, std::memory_order_acquire);
-
-  std::exception_ptr err = std::exchange(error_, nullptr);
+  std::exception_ptr err = std::exchange(s.error, nullptr);
   busy_.store(false, std::memory_order_release);
   if (err) std::rethrow_exception(err);
 }

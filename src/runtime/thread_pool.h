@@ -8,6 +8,13 @@
 // back, so the next job usually arrives within microseconds) and then sleep on
 // an atomic wait, so an idle pool costs no CPU.
 //
+// The caller never waits for a worker that has not started: it runs tasks
+// itself and then waits only for workers that joined the job and are still
+// inside a task. A worker the OS has descheduled (a loaded machine) simply
+// misses the job; a late one finds the task counter exhausted and leaves.
+// Jobs alternate between two slots so a straggler of job g can still read
+// its slot while job g+1 is being set up in the other one.
+//
 // One caller at a time: parallel_for is not re-entrant (a task must not call
 // it on the same pool) and must not be called concurrently from two threads.
 #pragma once
@@ -48,24 +55,28 @@ class ThreadPool {
 
  private:
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
+  struct alignas(64) Slot {
+    TaskFn fn = nullptr;
+    void* ctx = nullptr;
+    int64_t n_tasks = 0;
+    std::atomic<int64_t> next{0};   // next task index to hand out
+    std::atomic<int> in_flight{0};  // threads inside this job
+    std::mutex error_mutex;
+    std::exception_ptr error;
+  };
   void run(int64_t n_tasks, TaskFn fn, void* ctx);
   void worker_main(int thread);
-  void drain(int thread);  // run tasks until the counter passes n_tasks_
+  static void drain(Slot& s, int thread);  // run tasks until the counter passes n_tasks
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  // The current job; written by the caller before `generation_` is bumped
-  // (release) and read by workers after they observe the bump (acquire).
-  TaskFn fn_ = nullptr;
-  void* ctx_ = nullptr;
-  int64_t n_tasks_ = 0;
-  alignas(64) std::atomic<int64_t> next_task_{0};
+  Slot slots_[2];  // job g uses slots_[g & 1]
+  // Job id. The fields of slots_[g & 1] are written before `generation_` is
+  // set to g (seq_cst) and read by a worker only after it has joined the slot
+  // (in_flight) and seen that generation_ is still g.
   alignas(64) std::atomic<uint32_t> generation_{0};
-  alignas(64) std::atomic<int> pending_{0};  // workers that have not finished the current job
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
 };
 
 // Number of physical cores (logical CPUs / SMT siblings), at least 1.
