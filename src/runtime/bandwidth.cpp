@@ -45,6 +45,10 @@ struct FreeAligned {
 
 }  // namespace
 
+uint64_t sum_bytes(const uint8_t* p, size_t n) {
+  return isa_supported(Isa::Avx2) ? sum_avx2(p, n) : sum_plain(p, n);
+}
+
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
   bytes = bytes / 4096 * 4096;
   std::unique_ptr<uint8_t[], FreeAligned> buf(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{4096})));
@@ -52,7 +56,6 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
     uint64_t v = i * 0x9E3779B97F4A7C15ull;
     std::memcpy(buf.get() + i, &v, 8);
   }
-  const bool avx2 = isa_supported(Isa::Avx2);
   const int64_t chunks = pool.size() * 8;
   const size_t chunk = bytes / static_cast<size_t>(chunks) / 128 * 128;
   std::atomic<uint64_t> sink{0};
@@ -61,7 +64,7 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
     auto t0 = std::chrono::steady_clock::now();
     pool.parallel_for(chunks, [&](int64_t c, int) {
       const uint8_t* p = buf.get() + static_cast<size_t>(c) * chunk;
-      sink += avx2 ? sum_avx2(p, chunk) : sum_plain(p, chunk);
+      sink += sum_bytes(p, chunk);
     });
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, static_cast<double>(chunk * chunks) / s);

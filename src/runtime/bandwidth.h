@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/thread_pool.h"
 
 namespace bonsai {
+
+// Sums n bytes (n a multiple of 128, p 32-byte aligned) as 64-bit words with the
+// widest loads this CPU has: the read loop behind the bandwidth figures.
+uint64_t sum_bytes(const uint8_t* p, size_t n);
 
 // Sums a `bytes`-sized buffer (≫ LLC) with wide loads split across the pool's
 // threads; returns the best of `reps` passes in bytes per second.
