@@ -34,15 +34,18 @@ def main(path):
     for b in data["benchmarks"]:
         if b.get("aggregate_name") == "median":
             med[b["run_name"]] = b
-    bw = None
-    for name, b in med.items():
-        if name.startswith("read_bandwidth/threads:2"):
-            bw = b["bytes_per_second"]
-    if bw is None:
+    # The yardstick: the best 2-thread read loop of the run (plain or with
+    # software prefetch), so no kernel is flattered by a slow reference loop.
+    reads = {name: b["bytes_per_second"] for name, b in med.items() if name.startswith("read_bandwidth/threads:2")}
+    if not reads:
         sys.exit("no read_bandwidth/threads:2 median in the report")
+    bw_name = max(reads, key=reads.get)
+    bw = reads[bw_name]
+    for name, v in sorted(reads.items()):
+        print(f"{name}: {v / 1e9:.2f} GB/s")
     ctx = data.get("context", {})
     print(f"run: {ctx.get('date', '?')}, load average {ctx.get('load_avg', '?')}")
-    print(f"read_bandwidth (2 threads, median): {bw / 1e9:.2f} GB/s\n")
+    print(f"yardstick: {bw_name} = {bw / 1e9:.2f} GB/s (median)\n")
 
     rows = {}
     for name, b in med.items():

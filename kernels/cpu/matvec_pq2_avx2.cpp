@@ -35,7 +35,7 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i ones = _mm256_set1_epi16(1);
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, R);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, R, 34);
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m256 acc[R];
@@ -47,7 +47,8 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       const __m256 sc = _mm256_load_ps(a.scale + g * 16 + h * 8);
       for (int i = 0; i < R; ++i) {
         const uint8_t* blk = row + i * args.row_bytes + b * 34;
-        _mm_prefetch(reinterpret_cast<const char*>(blk + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + b * pf.per_iter + i * pf.per_row),
+                     _MM_HINT_T0);
         const __m256i w = ld(blk + 2);
         const __m256i c0 = _mm256_and_si256(w, m3);
         const __m256i c1 = _mm256_and_si256(_mm256_srli_epi16(w, 2), m3);

@@ -79,7 +79,7 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const int64_t n_pairs = args.n_blocks / 2;
   const bool odd = args.n_blocks & 1;
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, R);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, R, 68);
   __m512i h[4], l[4];
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * args.row_bytes;
@@ -91,7 +91,8 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       const __m512 sc = _mm512_load_ps(a.scale + p * 16);
       for (int i = 0; i < R; ++i) {
         const uint8_t* b0 = row + i * args.row_bytes + p * 68;
-        _mm_prefetch(reinterpret_cast<const char*>(b0 + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + p * pf.per_iter + i * pf.per_row),
+                     _MM_HINT_T0);
         const __m512i t = pair_dot<kFaithful>(load_pair(b0 + 2, b0 + 36), h, l, corr);
         const __m512 dsc = _mm512_mul_ps(pair_scales(load_u16(b0), load_u16(b0 + 34)), sc);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dsc, acc[i]);

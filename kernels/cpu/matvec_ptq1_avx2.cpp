@@ -25,13 +25,13 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i mc0 = _mm256_set1_epi8(static_cast<char>(0xC0));
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, 1);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, 1, 28);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < args.n_blocks; ++b) {
       const uint8_t* blk = row + b * 28;
-      _mm_prefetch(reinterpret_cast<const char*>(blk + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + pf.ahead), _MM_HINT_T0);
       // The 32-byte load covers 4 bytes of the next block (their activations
       // are zero); at the very end of the tensor copy instead of over-reading.
       __m256i t;

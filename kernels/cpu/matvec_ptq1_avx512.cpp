@@ -39,7 +39,7 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m512i mc0 = _mm512_set1_epi8(static_cast<char>(0xC0));
   const int64_t n_pairs = (args.n_blocks + 1) / 2;
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, R);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, R, 56);
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m512 acc[R];
@@ -50,7 +50,8 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       __m512i t[R], th[R], tl[R];
       for (int i = 0; i < R; ++i) {
         const uint8_t* b0 = row + i * args.row_bytes + p * 56;
-        _mm_prefetch(reinterpret_cast<const char*>(b0 + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + p * pf.per_iter + i * pf.per_row),
+                     _MM_HINT_T0);
         // Byte-masked loads never touch bytes past the block (or the tensor).
         const __m256i lo = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0))
                                : _mm256_maskz_loadu_epi8(0x03FFFFFF, b0);

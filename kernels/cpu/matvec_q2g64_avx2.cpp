@@ -31,13 +31,13 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m256i ones = _mm256_set1_epi16(1);
   const int64_t n_halves = (args.n_blocks + 1) / 2;  // two blocks per register
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, 1);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, 1, 36);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t hg = 0; hg < n_halves; ++hg) {
       const uint8_t* b0 = row + hg * 36;
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + pf.ahead), _MM_HINT_T0);
       __m256i w;
       short d0 = load_i16(b0), d1 = 0;
       if (2 * hg + 1 < args.n_blocks) {

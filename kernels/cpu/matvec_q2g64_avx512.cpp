@@ -24,13 +24,13 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const int64_t n_quads = (args.n_blocks + 3) / 4;
   const PackedView& a = args.a;
-  const int64_t pf = prefetch_offset(args.row_bytes, 1);
+  const PrefetchPlan pf = prefetch_plan(args.row_bytes, 1, 72);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = args.w + r * args.row_bytes;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t g = 0; g < n_quads; ++g) {
       const uint8_t* b0 = row + g * 72;
-      _mm_prefetch(reinterpret_cast<const char*>(b0 + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b0 + pf.ahead), _MM_HINT_T0);
       const int nb = static_cast<int>(args.n_blocks - g * 4 < 4 ? args.n_blocks - g * 4 : 4);
       __m512i w = _mm512_setzero_si512();
       uint64_t dbits = 0;
