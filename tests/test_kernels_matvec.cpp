@@ -171,8 +171,9 @@ TEST_P(TernaryMatvec, MatchesReferenceOnOddShapesAndInputs) {
   const int64_t g = dtype_info(type).block_size;
   const bool two_bit = type != DType::PTQ1_0;
   // (rows, k): odd row counts; one block; an odd number of blocks; K not a
-  // power of two; the 27B hidden width.
-  std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 128}, {13, 384}, {5, 640}, {33, 5120}};
+  // power of two; the 27B hidden width; the FFN width (long rows: the AVX-512
+  // PQ2_0 kernel walks 8 rows at a time there, with per-row prefetch).
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 128}, {13, 384}, {5, 640}, {33, 5120}, {19, 17408}};
   if (g == 64) shapes.insert(shapes.end(), {{3, 64}, {9, 192}, {6, 320}});
   std::mt19937 rng(1234 + static_cast<int>(type) * 7 + static_cast<int>(prec));
   ThreadPool pool1(1), pool2(2);

@@ -98,7 +98,7 @@ Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
 // Rows are handed out in contiguous chunks (each a sequential stream for the
 // prefetchers) of at least kMinChunkBytes, a few per thread so that a thread
 // the OS delays does not hold up the others (dynamic scheduling). Chunk row
-// counts are multiples of 4 so multi-row kernels see full row groups.
+// counts are multiples of 8 so multi-row kernels see full row groups.
 constexpr int64_t kMinChunkBytes = 64 * 1024;
 constexpr int64_t kChunksPerThread = 4;
 
@@ -107,7 +107,7 @@ int64_t chunk_rows(int64_t total_rows, int64_t bytes_per_row, int threads) {
   int64_t chunks = std::min<int64_t>(kChunksPerThread * threads, total_bytes / kMinChunkBytes);
   chunks = std::max<int64_t>(chunks, 1);
   int64_t rows = (total_rows + chunks - 1) / chunks;
-  return (rows + 3) / 4 * 4;
+  return (rows + 7) / 8 * 8;
 }
 
 int64_t weight_row_bytes(const WeightView& w) { return static_cast<int64_t>(row_bytes(w.type, w.k)); }

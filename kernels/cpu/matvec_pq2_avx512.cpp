@@ -115,12 +115,23 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   }
 }
 
-template <bool kFaithful>
-void rows(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
-  constexpr int R = 4;
+template <int R, bool kFaithful>
+void rows_r(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const int64_t full = r0 + (r1 - r0) / R * R;
   rows_impl<R, kFaithful>(args, y, r0, full);
   rows_impl<1, kFaithful>(args, y, full, r1);
+}
+
+// Rows walked side by side share each load of the activation planes. Short
+// rows (K ≤ ~7000) take 4 (the activation, ≤ 15 KB, stays in L1); long rows
+// (K = 17408: a 43 KB activation streamed from L2 for every row group) take 8,
+// halving that traffic (measured 0.81 → 0.87 of read bandwidth at 17408 × 5120).
+template <bool kFaithful>
+void rows(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
+  if (args.row_bytes * 4 > kLinearPrefetchMaxGroup)
+    rows_r<8, kFaithful>(args, y, r0, r1);
+  else
+    rows_r<4, kFaithful>(args, y, r0, r1);
 }
 
 }  // namespace
