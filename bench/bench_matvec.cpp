@@ -144,6 +144,23 @@ BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful_avx2, DType::PTQ1_0, Precision::F
 BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful_avx2, DType::Q2_0_G64, Precision::Faithful, Isa::Avx2);
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_scalar, DType::PQ2_0, Precision::Faithful, Isa::Scalar);
 
+// Load-time PTQ1_0 → PQ2_0 transcode (bytes read per second), 2 threads.
+void BM_transcode_ptq1(benchmark::State& state) {
+  const int64_t k = 5120, n = 17408;
+  WeightSet& ws = weights(DType::PTQ1_0, k, n);
+  std::vector<uint8_t> dst(row_bytes(DType::PQ2_0, k) * n);
+  ThreadPool& tp = pool(2);
+  int copy = 0;
+  for (auto _ : state) {
+    cpu::transcode_ptq1_to_pq2({DType::PTQ1_0, ws.bytes.get() + ws.matrix_bytes * copy, n, k}, dst.data(), tp,
+                               select_isa());
+    benchmark::DoNotOptimize(dst.data());
+    copy = (copy + 1) % ws.copies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * ws.matrix_bytes));
+}
+BENCHMARK(BM_transcode_ptq1)->UseRealTime();
+
 void BM_prepare_act(benchmark::State& state, Precision prec) {
   const int64_t k = state.range(0);
   std::vector<float> x(k);

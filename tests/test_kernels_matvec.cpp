@@ -335,6 +335,30 @@ TEST(MatvecChecks, RejectsMismatchedInputs) {
   }
 }
 
+TEST(PTQ1Transcode, MatchesTheReferenceTranscodeBitForBit) {
+  std::mt19937 rng(17);
+  for (Isa isa : isas()) {
+    if (!isa_supported(isa)) continue;
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {7, 384}, {33, 5120}}) {
+      const Matrix m = random_ternary(DType::PTQ1_0, n, k, rng, false);
+      const size_t pq2_row = row_bytes(DType::PQ2_0, k);
+      std::vector<uint8_t> ref(pq2_row * n), got(pq2_row * n, 0xAB);
+      for (int64_t r = 0; r < n; ++r)
+        bonsai::transcode_ptq1_to_pq2(m.bytes.data() + r * row_bytes(DType::PTQ1_0, k),
+                                      ref.data() + r * pq2_row, k);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        transcode_ptq1_to_pq2(m.view(), got.data(), pool, isa);
+        ASSERT_EQ(got, ref) << isa_name(isa) << " n=" << n << " k=" << k;
+      }
+    }
+  }
+  std::vector<uint8_t> dst(34);
+  const Matrix pq2 = random_ternary(DType::PQ2_0, 1, 128, rng, false);
+  ThreadPool pool(1);
+  EXPECT_THROW(transcode_ptq1_to_pq2(pq2.view(), dst.data(), pool, Isa::Scalar), Error);
+}
+
 TEST(PTQ1Decode, ThreeByteOpFormulaIsExact) {
   // The SIMD PTQ1_0 kernels decode trit = ⌊3t/256⌋ (t = byte·3ⁿ mod 256) as
   // 64·trit = avg_epu8(t, subs_epu8(t, v)) & 0xC0 with v = 3t mod 256.

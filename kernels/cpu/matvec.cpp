@@ -153,4 +153,23 @@ void matvec_multi(std::span<const MatvecJob> jobs, const PreparedAct& a, ThreadP
   });
 }
 
+void transcode_ptq1_to_pq2(const WeightView& w, uint8_t* dst, ThreadPool& pool, Isa isa) {
+  if (w.type != DType::PTQ1_0) fail("transcode_ptq1_to_pq2: weight is {}, not PTQ1_0", dtype_name(w.type));
+  if (w.k % 128) fail("transcode_ptq1_to_pq2: width {} is not a multiple of 128", w.k);
+  if (!isa_supported(isa))
+    fail("transcode_ptq1_to_pq2: instruction set {} is not supported by this CPU", isa_name(isa));
+  const int64_t src_row = static_cast<int64_t>(row_bytes(DType::PTQ1_0, w.k));
+  const int64_t dst_row = static_cast<int64_t>(row_bytes(DType::PQ2_0, w.k));
+  const uint8_t* end = w.data + src_row * w.n;
+  const int64_t rows = chunk_rows(w.n, src_row, pool.size());
+  pool.parallel_for((w.n + rows - 1) / rows, [&](int64_t t, int) {
+    for (int64_t r = t * rows; r < std::min(w.n, (t + 1) * rows); ++r) {
+      if (isa == Isa::Scalar)
+        bonsai::transcode_ptq1_to_pq2(w.data + r * src_row, dst + r * dst_row, w.k);
+      else
+        detail::transcode_ptq1_blocks_avx2(w.data + r * src_row, dst + r * dst_row, w.k / 128, end);
+    }
+  });
+}
+
 }  // namespace bonsai::cpu

@@ -136,4 +136,10 @@ struct MatvecJob {
 };
 void matvec_multi(std::span<const MatvecJob> jobs, const PreparedAct& a, ThreadPool& pool, Isa isa);
 
+// Bit-exact PTQ1_0 → PQ2_0 transcode of a whole weight (w.type must be
+// PTQ1_0; dst holds w.n rows of row_bytes(PQ2_0, w.k)). For a backend that
+// repacks PTQ1_0 at load (+21 % bytes) to stream it at PQ2_0 speed; the rows
+// are split across the pool.
+void transcode_ptq1_to_pq2(const WeightView& w, uint8_t* dst, ThreadPool& pool, Isa isa);
+
 }  // namespace bonsai::cpu

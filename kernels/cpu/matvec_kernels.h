@@ -54,6 +54,8 @@ void q2g64_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
 void ptq1_rows_scalar(const TernaryArgs&, float*, int64_t, int64_t);
 void ptq1_rows_avx2(const TernaryArgs&, float*, int64_t, int64_t);
 void ptq1_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
+// PTQ1_0 → PQ2_0 (bit-exact) for n_blocks consecutive blocks; src_end bounds the reads.
+void transcode_ptq1_blocks_avx2(const uint8_t* src, uint8_t* dst, int64_t n_blocks, const uint8_t* src_end);
 // F32 / F16 / BF16.
 void float_rows_scalar(const FloatArgs&, float*, int64_t, int64_t);
 void float_rows_avx2(const FloatArgs&, float*, int64_t, int64_t);
