@@ -109,8 +109,12 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
   std::vector<float> a1(rows * n), a2(rows * n), r1(rows * n), r2(rows * n);
   be_->swiglu_site(x.data(), d.data(), a1.data(), s.data(), block, r1.data(), rows, n);
   ref_be.swiglu_site(x.data(), d.data(), a2.data(), s.data(), block, r2.data(), rows, n);
-  EXPECT_EQ(a1, a2);
-  EXPECT_EQ(r1, r2);
+  // SwiGLU's vector exp is within 1.2e-6 relative per element of the reference
+  // (test_kernels_elementwise.cpp); the normalised 128-point FWHT sums those
+  // errors over a block: ≤ 1.2e-6·Σ|a|/√128 ≤ 1.2e-6·√128·max|a| ≈ 1.4e-5 of
+  // the largest |a|, itself of the order of the largest output.
+  EXPECT_LT(max_rel_diff(a1, a2), 2e-6);
+  EXPECT_LT(max_rel_diff(r1, r2), 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(IsaThreads, CpuBackendOps,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fwht.h"
 #include "kernels/ref/ops.h"
 
@@ -15,6 +16,25 @@ namespace bonsai {
 CpuBackend::CpuBackend(int n_threads, Isa isa, cpu::Precision precision)
     : pool_(n_threads > 0 ? n_threads : default_thread_count()), isa_(isa), precision_(precision) {
   name_ = fmt::format("cpu-{}{}", isa_name(isa_), precision_ == cpu::Precision::Int8 ? "-int8" : "");
+  ptq1_transcode_ = cpu::ptq1_transcode_enabled();
+}
+
+void CpuBackend::prepare(Weight& w) {
+  if (!ptq1_transcode_ || w.prepared || w.empty() || w.type != DType::PTQ1_0 || w.k % 128) return;
+  repacks_.push_back(std::make_unique<cpu::Ptq1Repack>(w, pool_, isa_));
+  w.prepared = repacks_.back().get();
+}
+
+void CpuBackend::unprepare(Weight& w) {
+  if (!w.prepared) return;
+  std::erase_if(repacks_, [&](const auto& r) { return r.get() == w.prepared; });
+  w.prepared = nullptr;
+}
+
+cpu::WeightView CpuBackend::view(const Weight& w) {
+  if (w.prepared && w.type == DType::PTQ1_0)
+    return {DType::PQ2_0, static_cast<cpu::Ptq1Repack*>(w.prepared)->bytes.data(), w.n, w.k};
+  return cpu::view_of(w);
 }
 
 bool CpuBackend::fast_type(DType t) {
@@ -72,7 +92,10 @@ void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, con
     const float* g = gate + r * n;
     const float* u = up + r * n;
     float* a = act + r * n;
-    for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
+    if (isa_ == Isa::Scalar)
+      for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
+    else
+      cpu::swiglu_avx2(g, u, a, n);  // polynomial exp: a few ulp from the reference
     if (block > 0) cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
     else std::copy(a, a + n, rotated + r * n);
   }
@@ -82,8 +105,8 @@ void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
   if (!fast_type(w.type)) return RefBackend::matmul(w, x, y, t);
   // Decode-shaped: one matvec per row of x (the prefill GEMM replaces this for t > 1).
   for (int i = 0; i < t; ++i) {
-    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(w.type));
-    cpu::matvec(cpu::view_of(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
+    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w).type));
+    cpu::matvec(view(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
   }
 }
 
@@ -92,13 +115,13 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   uint32_t layouts = 0;
   for (const Weight* w : ws) {
     if (!fast_type(w->type) || w->k != ws[0]->k) return Backend::matmul_multi(ws, x, ys, t);
-    layouts |= cpu::layouts_for(w->type);
+    layouts |= cpu::layouts_for(view(*w).type);
   }
   std::vector<cpu::MatvecJob> jobs(ws.size());
   for (int i = 0; i < t; ++i) {
     const int64_t k = ws[0]->k;
     cpu::prepare_act(x + i * k, k, precision_, act_, layouts);
-    for (size_t j = 0; j < ws.size(); ++j) jobs[j] = {cpu::view_of(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
+    for (size_t j = 0; j < ws.size(); ++j) jobs[j] = {view(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
     cpu::matvec_multi(jobs, act_, pool_, isa_);
   }
 }
@@ -107,6 +130,17 @@ void CpuBackend::attention(const float* q, const float* k_cache, const float* v_
                            const AttentionShape& s) {
   if (isa_ == Isa::Scalar) return RefBackend::attention(q, k_cache, v_cache, out, t, pos0, s);
   cpu::attention_avx2(q, k_cache, v_cache, out, t, pos0, s, pool_);
+}
+
+void CpuBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
+                          int taps) {
+  if (isa_ == Isa::Scalar) return RefBackend::ssm_conv(x, state, w, out, t, channels, taps);
+  // Channels are independent: chunks of 1024 (a multiple of the 8 lanes).
+  constexpr int64_t kChunk = 1024;
+  const float* wf = w.f32();
+  pool_.parallel_for((channels + kChunk - 1) / kChunk, [&](int64_t i, int) {
+    cpu::ssm_conv_avx2(x, state, wf, out, t, channels, taps, i * kChunk, std::min(channels, (i + 1) * kChunk));
+  });
 }
 
 void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kernels/cpu/matvec.h"
+#include "kernels/cpu/repack.h"
 #include "kernels/ref/ref_backend.h"
 #include "runtime/thread_pool.h"
 
@@ -29,17 +31,27 @@ class CpuBackend : public RefBackend {
                  const AttentionShape& s) override;
   void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                       const GdnShape& s) override;
+  void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
+                int taps) override;
+  // PTQ1_0 weights are transcoded to PQ2_0 here (kernels/cpu/repack.h) unless
+  // BONSAI_CPU_PTQ1=direct; w.data stays the file's bytes for everything else.
+  void prepare(Weight& w) override;
+  void unprepare(Weight& w) override;
 
   ThreadPool& pool() { return pool_; }
   Isa isa() const { return isa_; }
 
  private:
   static bool fast_type(DType t);
+  // What the decode matvec reads: the repack prepare() made, else the file layout.
+  static cpu::WeightView view(const Weight& w);
   ThreadPool pool_;
   Isa isa_;
   cpu::Precision precision_;
   cpu::PreparedAct act_;  // reused across calls: prepare_act allocates nothing in steady state
   std::string name_;
+  bool ptq1_transcode_;
+  std::vector<std::unique_ptr<cpu::Ptq1Repack>> repacks_;  // owned targets of Weight::prepared
 };
 
 }  // namespace bonsai

@@ -1,0 +1,109 @@
+// AVX2 + FMA elementwise ops (see elementwise.h). ISA unit: no inline symbols
+// shared with baseline units (everything here is in an anonymous namespace or
+// an out-of-line function).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace bonsai::cpu {
+namespace {
+
+// exp(x) for 8 lanes: n = round(x·log2 e), r = x − n·ln 2 (two-part ln 2 so r
+// is exact to ~1 ulp), exp(r) by the Cephes minimax polynomial on
+// [−ln2/2, ln2/2], scaled by 2ⁿ through the exponent field. x is clamped to
+// [−87.3, 88.3] so 2ⁿ stays a normal float.
+__m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__m256 silu8(__m256 x) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// The tail (< 8 elements) through a zero-padded stack copy.
+template <class F>
+void tail(int64_t n, F f) {
+  if (n > 0) f(n);
+}
+
+}  // namespace
+
+void silu_avx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+  tail(n - i, [&](int64_t m) {
+    alignas(32) float b[8] = {};
+    std::memcpy(b, x + i, m * sizeof(float));
+    _mm256_store_ps(b, silu8(_mm256_load_ps(b)));
+    std::memcpy(y + i, b, m * sizeof(float));
+  });
+}
+
+void swiglu_avx2(const float* g, const float* u, float* a, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(a + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+  tail(n - i, [&](int64_t m) {
+    alignas(32) float bg[8] = {}, bu[8] = {};
+    std::memcpy(bg, g + i, m * sizeof(float));
+    std::memcpy(bu, u + i, m * sizeof(float));
+    _mm256_store_ps(bg, _mm256_mul_ps(silu8(_mm256_load_ps(bg)), _mm256_load_ps(bu)));
+    std::memcpy(a + i, bg, m * sizeof(float));
+  });
+}
+
+void ssm_conv_avx2(const float* x, float* state, const float* w, float* out, int t, int64_t channels,
+                   int taps, int64_t c0, int64_t c1) {
+  // 8 channels per step; w is [C][taps] (taps apart per channel), so tap j of
+  // 8 channels is a gather with stride taps. Same sum order as the reference
+  // (oldest state first, then the new input).
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(taps));
+  constexpr int kMaxTaps = 16;  // the model config allows 1..16
+  int64_t c = c0;
+  for (; taps <= kMaxTaps && c + 8 <= c1; c += 8) {
+    __m256 wj[kMaxTaps];
+    for (int j = 0; j < taps; ++j) wj[j] = _mm256_i32gather_ps(w + c * taps + j, idx, 4);
+    for (int i = 0; i < t; ++i) {
+      const __m256 xi = _mm256_loadu_ps(x + static_cast<int64_t>(i) * channels + c);
+      __m256 acc = _mm256_setzero_ps();
+      for (int j = 0; j + 1 < taps; ++j)
+        acc = _mm256_fmadd_ps(wj[j], _mm256_loadu_ps(state + j * channels + c), acc);
+      acc = _mm256_fmadd_ps(wj[taps - 1], xi, acc);
+      _mm256_storeu_ps(out + static_cast<int64_t>(i) * channels + c, silu8(acc));
+      for (int j = 0; j + 2 < taps; ++j)
+        _mm256_storeu_ps(state + j * channels + c, _mm256_loadu_ps(state + (j + 1) * channels + c));
+      if (taps > 1) _mm256_storeu_ps(state + (taps - 2) * channels + c, xi);
+    }
+  }
+  // Remaining channels one at a time (the 27B has C = 10240: none).
+  for (; c < c1; ++c)
+    for (int i = 0; i < t; ++i) {
+      const float* xi = x + static_cast<int64_t>(i) * channels;
+      float acc = 0;
+      for (int j = 0; j + 1 < taps; ++j) acc += w[c * taps + j] * state[j * channels + c];
+      acc += w[c * taps + taps - 1] * xi[c];
+      alignas(32) float b[8] = {acc};
+      _mm256_store_ps(b, silu8(_mm256_load_ps(b)));
+      out[static_cast<int64_t>(i) * channels + c] = b[0];
+      for (int j = 0; j + 2 < taps; ++j) state[j * channels + c] = state[(j + 1) * channels + c];
+      if (taps > 1) state[(taps - 2) * channels + c] = xi[c];
+    }
+}
+
+}  // namespace bonsai::cpu

@@ -1,0 +1,126 @@
+// The vectorised elementwise kernels (kernels/cpu/elementwise.h) against the
+// reference ops: SiLU's polynomial exp against double precision, SwiGLU and
+// the GDN causal conv against kernels/ref at odd sizes and several tap counts,
+// and the CPU backend's threaded ssm_conv at 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/ref/ops.h"
+#include "runtime/cpu_features.h"
+
+#include "test_util.h"
+
+namespace bonsai {
+namespace {
+
+using testing_util::randn;
+
+bool have_avx2() { return isa_supported(Isa::Avx2); }
+
+// exp8 is within ~2 ulp (2.4e-7 relative) of exp; silu = x / (1 + e) adds a
+// division and an addition (1 ulp each, and 1 + e only damps e's error), so
+// 1e-6 relative (~8 ulp) bounds it with margin. Below −87.3 the input is
+// clamped: both the kernel and the exact value are below 1e-35 in magnitude.
+TEST(ElementwiseAvx2, SiluTracksDoublePrecision) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.01953125f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, 89.0f, -87.0f, -88.0f, 1e30f, -1e30f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size()) - 3;  // odd count: the masked tail runs
+  std::vector<float> y(x.size(), 7.0f);
+  cpu::silu_avx2(x.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double exact = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+    if (x[i] < -87.0f) {
+      EXPECT_LT(std::fabs(y[i]), 1e-35) << "x = " << x[i];
+    } else {
+      EXPECT_LE(std::fabs(y[i] - exact), 1e-6 * std::fabs(exact) + 1e-38) << "x = " << x[i];
+    }
+  }
+  EXPECT_EQ(y[n], 7.0f);  // nothing written past n
+}
+
+TEST(ElementwiseAvx2, SwigluMatchesReference) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  for (int64_t n : {1, 7, 8, 13, 17408 + 5}) {
+    auto g = randn(n, 1, 4.0f), u = randn(n, 2);
+    std::vector<float> a(n + 1, 3.0f);
+    cpu::swiglu_avx2(g.data(), u.data(), a.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = ref::silu(g[i]) * u[i];
+      // silu within 1e-6 relative (above) plus the product's rounding.
+      EXPECT_LE(std::fabs(a[i] - r), 1.2e-6f * std::fabs(r) + 1e-37f) << "n " << n << " i " << i;
+    }
+    EXPECT_EQ(a[n], 3.0f);
+  }
+}
+
+// The conv sum of taps products in FMA vs the reference's mul + add: each
+// step rounds once instead of twice, so the two differ by ≤ 2·taps ulp of
+// Σ_j |w_j·input_j| ≤ M·Σ_j |w_j| (M: the largest input magnitude the channel
+// has seen), not of the possibly cancelling sum; silu then adds ≤ 1e-6
+// relative and passes input differences through with slope ≤ 1.1.
+void expect_conv_matches(int64_t channels, int taps, int t, const std::vector<float>& out,
+                         const std::vector<float>& ref_out, const std::vector<float>& st,
+                         const std::vector<float>& ref_st, const std::vector<float>& x,
+                         const std::vector<float>& w, const std::vector<float>& st0) {
+  EXPECT_EQ(st, ref_st);  // the state is only shifted: exact
+  for (int64_t c = 0; c < channels; ++c) {
+    double m = 0, wsum = 0;
+    for (int j = 0; j + 1 < taps; ++j) m = std::max(m, std::fabs(static_cast<double>(st0[j * channels + c])));
+    for (int i = 0; i < t; ++i) m = std::max(m, std::fabs(static_cast<double>(x[i * channels + c])));
+    for (int j = 0; j < taps; ++j) wsum += std::fabs(w[c * taps + j]);
+    for (int i = 0; i < t; ++i) {
+      const double r = ref_out[i * channels + c];
+      const double tol = 1.1 * (2.0 * taps * 1.2e-7 * m * wsum) + 1e-6 * std::fabs(r) + 1e-37;
+      ASSERT_LE(std::fabs(out[i * channels + c] - r), tol)
+          << "channel " << c << " step " << i << " taps " << taps;
+    }
+  }
+}
+
+TEST(ElementwiseAvx2, SsmConvMatchesReference) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  for (int taps : {1, 2, 4, 5})
+    for (int64_t channels : {8, 13, 264}) {
+      const int t = 3;
+      auto x = randn(t * channels, 3, 2.0f), w = randn(channels * taps, 4, 0.5f);
+      auto st0 = randn((taps - 1) * channels, 5, 2.0f);
+      std::vector<float> sa = st0, sb = st0, oa(t * channels), ob(t * channels);
+      // Two channel ranges, as the backend splits them across threads.
+      const int64_t mid = channels / 16 * 8;
+      cpu::ssm_conv_avx2(x.data(), sa.data(), w.data(), oa.data(), t, channels, taps, 0, mid);
+      cpu::ssm_conv_avx2(x.data(), sa.data(), w.data(), oa.data(), t, channels, taps, mid, channels);
+      ref::ssm_conv(x.data(), sb.data(), w.data(), ob.data(), t, channels, taps);
+      expect_conv_matches(channels, taps, t, oa, ob, sa, sb, x, w, st0);
+    }
+}
+
+TEST(ElementwiseAvx2, BackendSsmConvEveryThreadCount) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  const int64_t channels = 2 * 1024 + 24;  // more than one 1024-channel task, plus a partial one
+  const int taps = 4, t = 2;
+  auto x = randn(t * channels, 6), wv = randn(channels * taps, 7, 0.5f),
+       st0 = randn((taps - 1) * channels, 8);
+  Weight w;
+  w.type = DType::F32;
+  w.k = taps;
+  w.n = channels;
+  w.data = reinterpret_cast<const uint8_t*>(wv.data());
+  for (int threads : {1, 2})
+    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+      if (!isa_supported(isa)) continue;
+      CpuBackend be(threads, isa, cpu::Precision::Faithful);
+      std::vector<float> sa = st0, sb = st0, oa(t * channels), ob(t * channels);
+      be.ssm_conv(x.data(), sa.data(), w, oa.data(), t, channels, taps);
+      ref::ssm_conv(x.data(), sb.data(), wv.data(), ob.data(), t, channels, taps);
+      expect_conv_matches(channels, taps, t, oa, ob, sa, sb, x, wv, st0);
+    }
+}
+
+}  // namespace
+}  // namespace bonsai
