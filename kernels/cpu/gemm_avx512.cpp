@@ -1,0 +1,161 @@
+// Ternary GEMM panel kernel, AVX-512 BW + VNNI (see kernels/cpu/gemm.h).
+//
+// Code decode ("rows across lanes"): for 16 rows at once, dword u of a block's
+// code bytes (codes of elements 16u .. 16u+15, byte e holding 16u+4e+s at
+// bit 2s) is gathered from each row, then (g >> 2s) & 0x03030303 gives step
+// j = 4u + s: lane i = row i, byte e = the code of element 16u + 4e + s.
+// PreparedBatch stores each token's block in that same step order, so one
+// broadcast dword of activation bytes meets the matching 4 codes of 16 rows.
+#include <immintrin.h>
+
+// GCC 12 reports its own _mm512_undefined_* operands (inside cvtepi32_ps,
+// slli_epi32, ... once inlined into the big unrolled tile) as uninitialized:
+// a known false positive of the intrinsics headers, not of this code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "kernels/cpu/gemm_dot_avx512.h"
+#include "kernels/cpu/gemm_kernels.h"
+#include "kernels/cpu/matvec_kernels.h"
+
+namespace bonsai::cpu::detail {
+namespace {
+
+constexpr int kTile = 6;  // tokens per micro-tile: 4 row vectors × 6 tokens = 24 zmm accumulators
+
+// Decodes blocks [0, nb) of 16 rows (row i at src + i·stride, blocks bb bytes
+// apart, fp16 d first, then the code bytes) into codes[lb][j][m] (64 B) and
+// d[lb][16m + i]. Rows outside `valid` decode to code 0 with d = 0.
+void decode_vec(const uint8_t* src, int64_t stride, int bb, int block, int nb, __mmask16 valid, int m,
+                uint8_t* codes, float* d) {
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(stride)));
+  const __m512i m3 = _mm512_set1_epi32(0x03030303);
+  const __m512i zero = _mm512_setzero_si512();
+  const int steps = block / 4;
+  for (int lb = 0; lb < nb; ++lb) {
+    const uint8_t* p = src + static_cast<int64_t>(lb) * bb;
+    const __m512i dd = _mm512_mask_i32gather_epi32(zero, valid, idx, p, 1);
+    _mm512_store_ps(d + lb * kGemmPanelRows + 16 * m, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    for (int u = 0; u < block / 16; ++u) {
+      const __m512i g = _mm512_mask_i32gather_epi32(zero, valid, idx, p + 2 + 4 * u, 1);
+      uint8_t* out = codes + (static_cast<int64_t>(lb) * steps + 4 * u) * 256 + 64 * m;
+      _mm512_store_si512(out, _mm512_and_si512(g, m3));
+      _mm512_store_si512(out + 256, _mm512_and_si512(_mm512_srli_epi32(g, 2), m3));
+      _mm512_store_si512(out + 512, _mm512_and_si512(_mm512_srli_epi32(g, 4), m3));
+      _mm512_store_si512(out + 768, _mm512_and_si512(_mm512_srli_epi32(g, 6), m3));
+    }
+  }
+}
+
+// One block × 64 rows × N tokens: y[n][16m + i] += d_i·s_n · Σ_j (c − 1)·q.
+// codes: the block's [steps][4][64]; q: token 0's block bytes (hi, then lo at
+// +lo_off when faithful), tokens tok_stride apart.
+template <int N, bool kFaithful>
+void tile(const uint8_t* codes, int steps, const float* d, const int8_t* q, int64_t tok_stride, int lo_off,
+          const int32_t* corr, const float* scale, float* y, int64_t ldy, const __mmask16 (&mask)[4]) {
+  alignas(64) __m512i acc[4 * N];
+  const int8_t* ql = kFaithful ? q + lo_off : nullptr;
+  if constexpr (N == 1) dot_asm1(codes, steps, q, ql, tok_stride, acc);
+  if constexpr (N == 2) dot_asm2(codes, steps, q, ql, tok_stride, acc);
+  if constexpr (N == 3) dot_asm3(codes, steps, q, ql, tok_stride, acc);
+  if constexpr (N == 4) dot_asm4(codes, steps, q, ql, tok_stride, acc);
+  if constexpr (N == 5) dot_asm5(codes, steps, q, ql, tok_stride, acc);
+  if constexpr (N == 6) dot_asm6(codes, steps, q, ql, tok_stride, acc);
+  for (int n = 0; n < N; ++n) {
+    const __m512i cr = _mm512_set1_epi32(corr[n]);
+    const __m512 sn = _mm512_set1_ps(scale[n]);
+    for (int m = 0; m < 4; ++m) {
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(acc[m * N + n], cr));
+      const __m512 dsc = _mm512_mul_ps(_mm512_load_ps(d + 16 * m), sn);
+      float* yp = y + n * ldy + 16 * m;
+      _mm512_mask_storeu_ps(yp, mask[m], _mm512_fmadd_ps(f, dsc, _mm512_maskz_loadu_ps(mask[m], yp)));
+    }
+  }
+}
+
+template <bool kFaithful>
+void run_tiles(const uint8_t* codes, int steps, const float* d, const int8_t* q, int64_t tok_stride,
+               int lo_off, const int32_t* corr, const float* scale, int t, float* y, int64_t ldy,
+               const __mmask16 (&mask)[4]) {
+  int t0 = 0;
+  for (; t0 + kTile <= t; t0 += kTile)
+    tile<kTile, kFaithful>(codes, steps, d, q + t0 * tok_stride, tok_stride, lo_off, corr + t0, scale + t0,
+                           y + t0 * ldy, ldy, mask);
+  const int rest = t - t0;
+  const int8_t* qr = q + t0 * tok_stride;
+  float* yr = y + t0 * ldy;
+  switch (rest) {
+    case 1:
+      tile<1, kFaithful>(codes, steps, d, qr, tok_stride, lo_off, corr + t0, scale + t0, yr, ldy, mask);
+      break;
+    case 2:
+      tile<2, kFaithful>(codes, steps, d, qr, tok_stride, lo_off, corr + t0, scale + t0, yr, ldy, mask);
+      break;
+    case 3:
+      tile<3, kFaithful>(codes, steps, d, qr, tok_stride, lo_off, corr + t0, scale + t0, yr, ldy, mask);
+      break;
+    case 4:
+      tile<4, kFaithful>(codes, steps, d, qr, tok_stride, lo_off, corr + t0, scale + t0, yr, ldy, mask);
+      break;
+    case 5:
+      tile<5, kFaithful>(codes, steps, d, qr, tok_stride, lo_off, corr + t0, scale + t0, yr, ldy, mask);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
+  const int rows = static_cast<int>(a.n_rows - r0 < kGemmPanelRows ? a.n_rows - r0 : kGemmPanelRows);
+  __mmask16 mask[4];
+  for (int m = 0; m < 4; ++m) {
+    const int cnt = rows - 16 * m;
+    mask[m] = cnt >= 16  ? __mmask16(0xFFFF)
+              : cnt <= 0 ? __mmask16(0)
+                         : static_cast<__mmask16>((1u << cnt) - 1);
+  }
+  for (int i = 0; i < a.t; ++i)
+    for (int m = 0; m < 4; ++m)
+      _mm512_mask_storeu_ps(a.y + i * a.ldy + r0 + 16 * m, mask[m], _mm512_setzero_ps());
+
+  const int steps = a.block / 4;
+  const int slab = static_cast<int>(kGemmSlabWeights / a.block);
+  const int halves = a.faithful ? 2 : 1;
+  const int64_t tok_stride = static_cast<int64_t>(halves) * a.block;
+  uint8_t* codes = scratch;                                     // [slab][steps][4][64] = 32 KB
+  float* d = reinterpret_cast<float*>(scratch + 32768);         // [slab][64]
+  uint8_t* tbuf = scratch + 32768 + slab * kGemmPanelRows * 4;  // PTQ1_0 → PQ2_0 rows [64][slab·34]
+  for (int64_t b0 = 0; b0 < a.n_blocks; b0 += slab) {
+    const int nb = static_cast<int>(a.n_blocks - b0 < slab ? a.n_blocks - b0 : slab);
+    const uint8_t* src;
+    int64_t stride;
+    int bb;
+    if (a.ptq1) {
+      stride = static_cast<int64_t>(nb) * 34;
+      for (int i = 0; i < rows; ++i)
+        transcode_ptq1_blocks_avx2(a.w + (r0 + i) * a.row_bytes + b0 * 28, tbuf + i * stride, nb, a.end);
+      src = tbuf, bb = 34;
+    } else {
+      src = a.w + r0 * a.row_bytes + b0 * a.block_bytes, stride = a.row_bytes, bb = a.block_bytes;
+    }
+    for (int m = 0; m < 4; ++m)
+      decode_vec(mask[m] ? src + 16 * m * stride : src, stride, bb, a.block, nb, mask[m], m, codes, d);
+    for (int lb = 0; lb < nb; ++lb) {
+      const int64_t b = b0 + lb;
+      const int8_t* qb = a.q + b * a.t * tok_stride;
+      const uint8_t* cb = codes + static_cast<int64_t>(lb) * steps * 256;
+      const float* db = d + lb * kGemmPanelRows;
+      if (a.faithful)
+        run_tiles<true>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
+                        a.y + r0, a.ldy, mask);
+      else
+        run_tiles<false>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
+                         a.y + r0, a.ldy, mask);
+    }
+  }
+}
+
+}  // namespace bonsai::cpu::detail
