@@ -140,6 +140,87 @@ class Backend {
   virtual void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
                              float eps) = 0;
 
+  // ---- mixer sites: a layer's mixer between its input projections and its output linear ----
+  // The defaults compose the ops above in the graph's order; a backend overrides them to
+  // run the whole mixer in a few launches. Buffers marked scratch may be left with any
+  // content (a fused implementation need not write them).
+
+  // Full attention. qf [t][n_head][2][d] is attn_q's output (per head: query | gate); k, v
+  // [t][n_head_kv][d] are attn_k / attn_v's. q = rmsnorm(query)·q_norm and k = rmsnorm(k)·k_norm
+  // per head, NeoX RoPE on the first n_rot dims of both (positions pos0 + i), k and v appended
+  // to the caches at rows [pos0, pos0 + t), then out [t][n_head][d] = attention(q) ⊙ sigmoid(gate).
+  struct AttentionSite {
+    const float* qf = nullptr;
+    float* k = nullptr;  // scratch after the call (normed and rotated in place by the default)
+    const float* v = nullptr;
+    const Weight* q_norm = nullptr;
+    const Weight* k_norm = nullptr;
+    float eps = 1e-6f;
+    int n_rot = 0;
+    float rope_base = 10000.0f;
+    float* k_cache = nullptr;  // [n_ctx][n_head_kv][d]
+    float* v_cache = nullptr;
+    float* q = nullptr;      // scratch [t][n_head][d]
+    float* qgate = nullptr;  // scratch [t][n_head][d]
+    float* out = nullptr;    // [t][n_head][d]
+    AttentionShape shape;
+  };
+  virtual void attention_site(const AttentionSite& a, int t, int pos0) {
+    const AttentionShape& s = a.shape;
+    const int64_t rows_q = static_cast<int64_t>(t) * s.n_head, rows_k = static_cast<int64_t>(t) * s.n_head_kv;
+    const int64_t kv = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+    take_part(a.qf, a.q, rows_q, 2, 0, s.head_dim);
+    take_part(a.qf, a.qgate, rows_q, 2, 1, s.head_dim);
+    rmsnorm(a.q, *a.q_norm, a.q, rows_q, s.head_dim, a.eps);
+    rmsnorm(a.k, *a.k_norm, a.k, rows_k, s.head_dim, a.eps);
+    rope(a.q, t, s.n_head, s.head_dim, a.n_rot, a.rope_base, pos0);
+    rope(a.k, t, s.n_head_kv, s.head_dim, a.n_rot, a.rope_base, pos0);
+    store_rows(a.k_cache, a.k, kv, t, pos0);
+    store_rows(a.v_cache, a.v, kv, t, pos0);
+    attention(a.q, a.k_cache, a.v_cache, a.out, t, pos0, s);
+    sigmoid_mul(a.out, a.qgate, a.out, rows_q * s.head_dim);
+  }
+
+  // Gated delta net. qkv [t][2·n_k·d_k + n_v·d_v] and z [t][n_v·d_v] are ssm_qkv / ssm_z's
+  // outputs, normed [t][alpha_w.k] the un-rotated normed layer input (ssm_alpha/beta read it).
+  // conv = ssm_conv(qkv) (conv_state updated), alpha/beta_in = normed · ssm_alpha/ssm_betaᵀ,
+  // gates, the delta rule (state updated), then out = gated_rmsnorm(o, z)·norm_w, with the value
+  // heads moved from tiled to grouped order when `grouped` (transpose_heads a = n_v/n_k, b = n_k).
+  struct GdnSite {
+    const float* qkv = nullptr;
+    const float* z = nullptr;
+    const float* normed = nullptr;
+    const Weight* conv1d = nullptr;  // F32 ne {taps, channels}
+    const Weight* alpha_w = nullptr;
+    const Weight* beta_w = nullptr;
+    const Weight* ssm_a = nullptr;
+    const Weight* dt_bias = nullptr;
+    const Weight* norm_w = nullptr;
+    int taps = 4;
+    float* conv_state = nullptr;  // [taps-1][channels]
+    float* state = nullptr;       // [n_v][d_k][d_v]
+    // scratch: conv [t][channels]; alpha, beta_in, g, beta [t][n_v]; o, normed_o [t][n_v·d_v]
+    float *conv = nullptr, *alpha = nullptr, *beta_in = nullptr, *g = nullptr, *beta = nullptr;
+    float *o = nullptr, *normed_o = nullptr;
+    float* out = nullptr;  // [t][n_v·d_v]
+    GdnShape shape;
+    float norm_eps = 1e-6f;
+    bool grouped = false;
+  };
+  virtual void gdn_site(const GdnSite& a, int t) {
+    const GdnShape& s = a.shape;
+    const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
+    const Weight* ab[] = {a.alpha_w, a.beta_w};
+    float* ab_out[] = {a.alpha, a.beta_in};
+    matmul_multi(ab, a.normed, ab_out, t);
+    ssm_conv(a.qkv, a.conv_state, *a.conv1d, a.conv, t, channels, a.taps);
+    gdn_gates(a.alpha, a.beta_in, *a.ssm_a, *a.dt_bias, a.g, a.beta, t, s.n_v);
+    gdn_recurrence(a.conv, a.g, a.beta, a.state, a.o, t, s);
+    float* y = a.grouped ? a.normed_o : a.out;
+    gated_rmsnorm(a.o, a.z, *a.norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps);
+    if (a.grouped) transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v);
+  }
+
   // ---- recorded decode steps (optional; GPU backends: one CUDA graph per step) ----------
   // A decode step issues the same ops on the same buffers every time; only pos0 and the
   // token ids change. replay_step() runs the recorded step for new tokens/pos0 and returns

@@ -1,7 +1,8 @@
 // Causal GQA attention over the f32 KV cache, flash-decoding style: the
 // positions of each (token, KV head) are cut into `splits` ranges, each block
 // computes an online-softmax partial (max, sum, weighted V) for the query heads
-// that share that KV head, and a second kernel merges the partials.
+// that share that KV head, and the last split to finish merges the partials (and applies
+// the output gate of the attention site).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -11,13 +12,16 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxE = 8;      // head_dim / 32 <= 8
 constexpr int kMaxGroup = 8;  // query heads per KV head
+constexpr int kMaxSplits = 32;
 
 // grid (n_head_kv, splits, t). Warp w takes positions p0 + w, p0 + w + 4, ...; lane holds
 // dims lane + 32e. The warps' partials are merged in shared memory into one per split.
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
-                           const float* __restrict__ v_cache, float* __restrict__ part, int pos0,
-                           const int* pos_dev, int n_head, int n_head_kv, int head_dim, float scale) {
+                           const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
+                           int n_head, int n_head_kv, int head_dim, float scale,
+                           const float* __restrict__ gate, int64_t gate_stride, float* __restrict__ out,
+                           int* __restrict__ counters) {
   pdl_trigger();
   pdl_wait();
   __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
@@ -98,40 +102,101 @@ __global__ void __launch_bounds__(kWarps * 32)
       pr[1] = sum_l;
     }
   }
+  // The last split of this (token, KV head) to finish merges all of them, in split order
+  // (deterministic), and leaves the counter at zero for the next launch. The fence before the
+  // count publishes this block's partials; the last block reads the others' through L2 (__ldcg).
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* c = counters + static_cast<int64_t>(i) * n_head_kv + hk;
+    last = atomicAdd(c, 1) == splits - 1;
+    if (last) *c = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  __shared__ float fac[kMaxGroup][kMaxSplits], den_all[kMaxGroup];
+  const int64_t th0 = static_cast<int64_t>(i) * n_head + hk * group;  // first head of the group
+  if (threadIdx.x < group) {  // thread per head: the splits' weights exp(m_s - max m)
+    const int hh = threadIdx.x;
+    const float* pr = part + (th0 + hh) * splits * row;
+    float m_all = -INFINITY;
+    for (int sp = 0; sp < splits; ++sp) m_all = fmaxf(m_all, __ldcg(pr + sp * row));
+    float den = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) {
+      const float m = __ldcg(pr + sp * row);
+      const float f = m == -INFINITY ? 0.0f : expf(m - m_all);  // 0 for an empty split
+      fac[hh][sp] = f;
+      den += f * __ldcg(pr + sp * row + 1);
+    }
+    den_all[hh] = den;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
+    const int hh = idx / head_dim, d = idx % head_dim;
+    const float* pr = part + (th0 + hh) * splits * row + 2 + d;
+    float num = 0.0f;
+    for (int sp = 0; sp < splits; ++sp)
+      if (fac[hh][sp] != 0.0f) num += fac[hh][sp] * __ldcg(pr + sp * row);
+    const float o = num / den_all[hh];
+    out[(th0 + hh) * head_dim + d] = gate ? o * sigmoid(gate[(th0 + hh) * gate_stride + d]) : o;
+  }
 }
 
-// Block per (token, head), thread per dim.
-__global__ void attention_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int splits,
-                                       int head_dim) {
+// Block per (head slot, token): slots [0, n_head) are query heads (from qf's query half),
+// [n_head, n_head + n_head_kv) key heads, then value heads; thread per dim (blockDim = d).
+// Queries and keys: RMSNorm with their gain, then NeoX RoPE on the first n_rot dims, the
+// same arithmetic as rmsnorm_kernel and rope_kernel; keys and values go to their cache rows.
+__global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev) {
+  extern __shared__ float row[];  // [head_dim]
   pdl_trigger();
   pdl_wait();
-  const int64_t th = blockIdx.x;  // token * n_head + head
-  const int row = head_dim + 2;
-  const float* pr = part + th * splits * row;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, pr[s * row]);
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float m = pr[s * row];
-      if (m == -INFINITY) continue;  // empty split
-      const float f = expf(m - mx);
-      den += f * pr[s * row + 1];
-      num += f * pr[s * row + 2 + d];
-    }
-    out[th * head_dim + d] = num / den;
+  const int slot = blockIdx.x, i = blockIdx.y, d = p.head_dim, e = threadIdx.x;
+  const int pos = position(pos0, pos_dev) + i;
+  const int64_t kv = static_cast<int64_t>(p.n_head_kv) * d;
+  if (slot >= p.n_head + p.n_head_kv) {  // value head: a copy into the cache
+    const int hv = slot - p.n_head - p.n_head_kv;
+    p.v_cache[pos * kv + static_cast<int64_t>(hv) * d + e] = p.v[static_cast<int64_t>(i) * kv + hv * d + e];
+    return;
   }
+  const bool is_q = slot < p.n_head;
+  const int h = is_q ? slot : slot - p.n_head;
+  const float x = is_q ? p.qf[(static_cast<int64_t>(i) * p.n_head + h) * 2 * d + e]
+                       : p.k[static_cast<int64_t>(i) * kv + static_cast<int64_t>(h) * d + e];
+  const float ss = block_sum(x * x);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(d) + p.eps);
+  row[e] = x * scale * (is_q ? p.q_norm : p.k_norm)[e];
+  __syncthreads();
+  const int half = p.n_rot / 2;
+  float y = row[e];
+  if (e < p.n_rot) {
+    const int j = e < half ? e : e - half;
+    const float theta =
+        static_cast<float>(pos) * powf(p.base, -2.0f * static_cast<float>(j) / static_cast<float>(p.n_rot));
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
+    const float a = row[j], b = row[j + half];
+    y = e < half ? a * cs - b * sn : a * sn + b * cs;
+  }
+  if (is_q)
+    p.q[(static_cast<int64_t>(i) * p.n_head + h) * d + e] = y;
+  else
+    p.k_cache[pos * kv + static_cast<int64_t>(h) * d + e] = y;
 }
 
 }  // namespace
 
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-               cudaStream_t s) {
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part,
+               int* counters, int t, int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv,
+               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
   launch(attention_split_kernel, dim3(n_head_kv, splits, t), kWarps * 32, 0, s, q, k_cache, v_cache, part,
-         pos0, pos_dev, n_head, n_head_kv, head_dim, scale);
-  launch(attention_merge_kernel, static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part,
-         out, splits, head_dim);
+         pos0, pos_dev, n_head, n_head_kv, head_dim, scale, gate, gate_stride, out, counters);
+}
+
+void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s) {
+  launch(attention_prep_kernel, dim3(p.n_head + 2 * p.n_head_kv, t), p.head_dim, p.head_dim * sizeof(float),
+         s, p, pos0, pos_dev);
 }
 
 }  // namespace bonsai::cuda

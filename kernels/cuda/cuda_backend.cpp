@@ -453,7 +453,12 @@ void CudaBackend::store_rows(float* cache, const float* src, int64_t width, int 
 void CudaBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
                             int pos0, const AttentionShape& s) {
   impl_->flush();
-  Impl& m = *impl_;
+  impl_->attention(q, k_cache, v_cache, out, t, pos0, s, nullptr, 0);
+}
+
+void CudaBackend::Impl::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                                  int t, int pos0, const AttentionShape& s, const float* gate,
+                                  int64_t gate_stride) {
   if (s.head_dim % 32 || s.head_dim > 256 || s.n_head % s.n_head_kv || s.n_head / s.n_head_kv > 8)
     fail("cuda: attention with {} heads, {} KV heads and head_dim {} is not supported", s.n_head, s.n_head_kv,
          s.head_dim);
@@ -462,15 +467,107 @@ void CudaBackend::attention(const float* q, const float* k_cache, const float* v
   int splits = kDecodeSplits;
   if (t > 1) {
     const int blocks = t * s.n_head_kv;
-    splits = std::clamp((2 * m.prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
+    splits = std::clamp((2 * prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
     splits = std::min(splits, std::max(1, (pos0 + t + 63) / 64));
   }
-  m.grow(m.part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
-         "attention partials");
-  cuda::attention(q, k_cache, v_cache, out, m.part.as<float>(), t, pos0, m.pos_dev(), splits, s.n_head,
-                  s.n_head_kv, s.head_dim, s.scale, m.stream);
+  grow(part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
+       "attention partials");
+  int* cnt = counters(attn_counters, static_cast<size_t>(t) * s.n_head_kv, "attention counters");
+  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), cnt, t, pos0, pos_dev(), splits, s.n_head,
+                  s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
   check_launch("attention");
-  m.wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+  wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+}
+
+// Two launches: q/k norms + RoPE + the KV store, then attention with the gate in its merge.
+void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
+  impl_->flush();
+  Impl& m = *impl_;
+  const AttentionShape& s = a.shape;
+  if (s.head_dim % 32 || s.head_dim > 256 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv ||
+      s.n_head / s.n_head_kv > 8 || a.n_rot % 2 || a.n_rot > s.head_dim)
+    return Backend::attention_site(a, t, pos0);
+  cuda::AttnPrep p;
+  p.qf = a.qf;
+  p.k = a.k;
+  p.v = a.v;
+  p.q_norm = m.dev(*a.q_norm).f32();
+  p.k_norm = m.dev(*a.k_norm).f32();
+  p.eps = a.eps;
+  p.base = a.rope_base;
+  p.n_rot = a.n_rot;
+  p.n_head = s.n_head;
+  p.n_head_kv = s.n_head_kv;
+  p.head_dim = s.head_dim;
+  p.q = a.q;
+  p.k_cache = a.k_cache;
+  p.v_cache = a.v_cache;
+  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream);
+  check_launch("attention_prep");
+  m.wrote(a.q, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+  m.invalidate_quant();  // the cache rows written depend on a device-side position
+  m.attention(a.q, a.k_cache, a.v_cache, a.out, t, pos0, s, a.qf + s.head_dim,
+              2 * static_cast<int64_t>(s.head_dim));
+}
+
+// One launch (cuda::gdn_fused with the conv, and for a few tokens the alpha/beta rows, inside).
+void CudaBackend::gdn_site(const GdnSite& a, int t) {
+  impl_->flush();
+  Impl& m = *impl_;
+  const GdnShape& s = a.shape;
+  const DeviceWeight &cw = m.dev(*a.conv1d), &aw = m.dev(*a.alpha_w), &bw = m.dev(*a.beta_w);
+  const bool fusable = s.d_k % 32 == 0 && s.d_v % 32 == 0 && (s.d_k / 32) * s.d_v <= 512 && s.n_k > 0 &&
+                       s.n_v % s.n_k == 0 && a.taps >= 1 && a.taps <= 4 && !cw.tiled &&
+                       cw.raw == cuda::RawType::F32 && cw.k == a.taps;
+  if (!fusable) return Backend::gdn_site(a, t);
+  const bool ab_raw =
+      !aw.tiled && !bw.tiled && aw.raw == bw.raw && aw.row_bytes == bw.row_bytes && aw.k == bw.k &&
+      aw.n >= s.n_v && bw.n >= s.n_v &&
+      (aw.raw == cuda::RawType::F32 || aw.raw == cuda::RawType::F16 || aw.raw == cuda::RawType::BF16);
+  // A few tokens: each block computes its head's two rows itself; a batch: one matvec launch.
+  const bool ab_fused = ab_raw && t <= 4;
+  if (!ab_fused) {
+    const Weight* ab[] = {a.alpha_w, a.beta_w};
+    float* ab_out[] = {a.alpha, a.beta_in};
+    matmul_multi(ab, a.normed, ab_out, t);
+  }
+  const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
+  cuda::GdnFused f;
+  f.qkv = a.qkv;
+  f.conv_w = cw.f32();
+  f.conv_state = a.conv_state;
+  f.conv_counters = m.counters(m.gdn_counters, static_cast<size_t>(s.n_k), "GDN conv counters");
+  f.taps = a.taps;
+  f.ssm_a = m.dev(*a.ssm_a).f32();
+  f.dt_bias = m.dev(*a.dt_bias).f32();
+  if (ab_fused) {
+    f.alpha_w = aw.bytes();
+    f.beta_w = bw.bytes();
+    f.normed = a.normed;
+    f.ab_type = aw.raw;
+    f.ab_row_bytes = aw.row_bytes;
+    f.ab_k = static_cast<int>(aw.k);
+  } else {
+    f.alpha = a.alpha;
+    f.beta_in = a.beta_in;
+  }
+  f.state = a.state;
+  f.z = a.z;
+  f.norm_w = m.dev(*a.norm_w).f32();
+  f.norm_eps = a.norm_eps;
+  f.out = a.out;
+  f.transpose = a.grouped;
+  f.t = t;
+  f.n_k = s.n_k;
+  f.n_v = s.n_v;
+  f.d_k = s.d_k;
+  f.d_v = s.d_v;
+  f.eps = s.eps;
+  cuda::gdn_fused(f, m.stream);
+  check_launch("gdn_site");
+  m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
+  m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
+  m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
 }
 
 void CudaBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,

@@ -65,6 +65,8 @@ class CudaBackend : public Backend {
                       const GdnShape& s) override;
   void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
                      float eps) override;
+  void attention_site(const AttentionSite& a, int t, int pos0) override;
+  void gdn_site(const GdnSite& a, int t) override;
 
   bool replay_step(const int32_t* tokens, int t, int pos0) override;
   bool begin_capture(const int32_t* tokens, int t, int pos0) override;

@@ -121,6 +121,8 @@ struct CudaBackend::Impl {
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads
+  // last-block hand-offs of attention and of the GDN site's conv state (kept zero)
+  Growable attn_counters, gdn_counters;
   PinnedPtr step_host;
   DevicePtr step_mem;
 
@@ -199,6 +201,16 @@ struct CudaBackend::Impl {
     grow(meta, static_cast<size_t>(rows) * (k / cuda::kBlockK) * sizeof(float4), "activation scale buffer");
   }
   const int* pos_dev() const { return capturing ? step_dev : nullptr; }
+  // `n` zero ints that kernels leave zero (zeroed once, when the buffer grows).
+  int* counters(Growable& g, size_t n, const char* what) {
+    if (n * sizeof(int) > g.bytes) {
+      grow(g, n * sizeof(int), what);
+      check(cudaMemsetAsync(g.mem.get(), 0, g.bytes, stream), "cudaMemsetAsync");
+    }
+    return g.as<int>();
+  }
+  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+                 const AttentionShape& s, const float* gate, int64_t gate_stride);
 };
 
 }  // namespace bonsai

@@ -75,14 +75,58 @@ __global__ void gdn_recurrence_kernel(const float* __restrict__ conv, const floa
     if (col_ok) S[static_cast<int64_t>(warp * 32 + j) * d_v + col] = s[j];
 }
 
+// One channel of the depthwise causal conv (ssm_conv_kernel's arithmetic): the taps-1
+// previous inputs and the taps weights in registers.
+constexpr int kMaxTaps = 4;  // the fused conv (Qwen3.5: 4 taps); larger ones run as ssm_conv
+struct ConvChannel {
+  float prev[kMaxTaps - 1], w[kMaxTaps];
+  __device__ void load(const float* state, const float* wt, int64_t c, int64_t channels, int taps) {
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j) prev[j] = j < taps - 1 ? state[j * channels + c] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxTaps; ++j) w[j] = j < taps ? wt[c * taps + j] : 0.0f;
+  }
+  // silu(conv) for the new input x; x joins the window.
+  __device__ float step(float x, int taps) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j)
+      if (j < taps - 1) acc += w[j] * prev[j];
+#pragma unroll
+    for (int j = 0; j < kMaxTaps; ++j)
+      if (j == taps - 1) acc += w[j] * x;
+#pragma unroll
+    for (int j = 0; j + 1 < kMaxTaps - 1; ++j)
+      if (j + 1 < taps - 1) prev[j] = prev[j + 1];
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j)
+      if (j == taps - 2) prev[j] = x;
+    return silu(acc);
+  }
+  __device__ void store(float* state, int64_t c, int64_t channels, int taps) const {
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j)
+      if (j < taps - 1) state[j * channels + c] = prev[j];
+  }
+};
+
+// Element c of a raw F32 / F16 / BF16 row.
+__device__ __forceinline__ float raw_at(const uint8_t* row, int64_t c, RawType t) {
+  if (t == RawType::F32) return reinterpret_cast<const float*>(row)[c];
+  const unsigned short b = reinterpret_cast<const unsigned short*>(row)[c];
+  if (t == RawType::F16) return __half2float(__ushort_as_half(b));
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);  // BF16
+}
+
 // The whole per-token GDN core in one launch, block per value head h with all d_v columns:
 // warp w holds rows 32·(w % RG) .. +31 of column 32·(w / RG) + lane (RG = d_k/32). Optional
 // parts, each the same arithmetic as its separate op: the gates from alpha/beta_in
 // (gdn_gates), the gated RMSNorm of the head's output (gated_rmsnorm), and writing head h
 // at its grouped position (transpose_heads with a = n_v/n_k, b = n_k).
 __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
-  extern __shared__ float sm[];  // qn[d_k], kn[d_k], red[RG][d_v]
+  extern __shared__ float sm[];  // qn[d_k], kn[d_k], red[RG][d_v], then gates decay[t], b[t] (alpha_w)
   __shared__ float scal[2];
+  __shared__ bool conv_last;
   pdl_trigger();
   pdl_wait();
   const int d_k = p.d_k, d_v = p.d_v, RG = d_k / 32;
@@ -101,13 +145,74 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
 #pragma unroll
   for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
 
+  float* gate_decay = red + RG * d_v;  // [t] when alpha_w
+  float* gate_b = gate_decay + p.t;
+  if (p.alpha_w) {  // ssm_alpha / ssm_beta rows h over the normed input, then gdn_gates
+    const uint8_t* wa = p.alpha_w + static_cast<size_t>(h) * p.ab_row_bytes;
+    const uint8_t* wb = p.beta_w + static_cast<size_t>(h) * p.ab_row_bytes;
+    for (int i = 0; i < p.t; ++i) {
+      const float* x = p.normed + static_cast<int64_t>(i) * p.ab_k;
+      float sa = 0.0f, sb = 0.0f;
+      for (int c = tid; c < p.ab_k; c += blockDim.x) {
+        const float xv = x[c];
+        sa += xv * raw_at(wa, c, p.ab_type);
+        sb += xv * raw_at(wb, c, p.ab_type);
+      }
+      sa = block_sum(sa);
+      sb = block_sum(sb);
+      if (tid == 0) {
+        gate_decay[i] = expf(p.ssm_a[h] * softplus(sa + p.dt_bias[h]));
+        gate_b[i] = sigmoid(sb);
+      }
+    }
+  }
+
+  // The conv windows: q and k channels of key head hk (threads < d_k), v channel `col`.
+  const bool conv_in = p.qkv != nullptr;
+  ConvChannel cq, ck, cv;
+  const int64_t ch_q = hk * d_k + tid, ch_k = qk + hk * d_k + tid,
+                ch_v = 2 * qk + static_cast<int64_t>(h) * d_v + col;
+  if (conv_in) {
+    if (tid < d_k) {
+      cq.load(p.conv_state, p.conv_w, ch_q, width, p.taps);
+      ck.load(p.conv_state, p.conv_w, ch_k, width, p.taps);
+    }
+    cv.load(p.conv_state, p.conv_w, ch_v, width, p.taps);
+    // Every value head of key head hk has read the q/k state once `rep` blocks have counted
+    // themselves: the last one writes the new state (the fence orders this block's reads
+    // before its count).
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      conv_last = atomicAdd(p.conv_counters + hk, 1) == rep - 1;
+      if (conv_last) p.conv_counters[hk] = 0;
+    }
+  }
+  __syncthreads();
+
   for (int i = 0; i < p.t; ++i) {
-    const float* ci = p.conv + static_cast<int64_t>(i) * width;
     const int64_t ih = static_cast<int64_t>(i) * p.n_v + h;
-    const float qv = tid < d_k ? ci[hk * d_k + tid] : 0.0f, kv = tid < d_k ? ci[qk + hk * d_k + tid] : 0.0f;
-    const float v = ci[2 * qk + static_cast<int64_t>(h) * d_v + col];
+    float qv = 0.0f, kv = 0.0f, v;
+    if (conv_in) {
+      const float* xi = p.qkv + static_cast<int64_t>(i) * width;
+      if (tid < d_k) {
+        qv = cq.step(xi[ch_q], p.taps);
+        kv = ck.step(xi[ch_k], p.taps);
+      }
+      v = cv.step(xi[ch_v], p.taps);
+    } else {
+      const float* ci = p.conv + static_cast<int64_t>(i) * width;
+      if (tid < d_k) {
+        qv = ci[hk * d_k + tid];
+        kv = ci[qk + hk * d_k + tid];
+      }
+      v = ci[2 * qk + static_cast<int64_t>(h) * d_v + col];
+    }
     float decay, b;
-    if (p.alpha) {  // gdn_gates in place
+    if (p.alpha_w) {
+      decay = gate_decay[i];
+      b = gate_b[i];
+    } else if (p.alpha) {  // gdn_gates in place
       decay = expf(p.ssm_a[h] * softplus(p.alpha[ih] + p.dt_bias[h]));
       b = sigmoid(p.beta_in[ih]);
     } else {
@@ -159,6 +264,13 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
+  if (conv_in) {
+    if (conv_last && tid < d_k) {
+      cq.store(p.conv_state, ch_q, width, p.taps);
+      ck.store(p.conv_state, ch_k, width, p.taps);
+    }
+    if (rg == 0) cv.store(p.conv_state, ch_v, width, p.taps);
+  }
 }
 
 }  // namespace
@@ -176,7 +288,7 @@ namespace bonsai::cuda {
 
 void gdn_fused(const GdnFused& p, cudaStream_t s) {
   const int threads = (p.d_k / 32) * p.d_v;
-  const size_t smem = (2 * p.d_k + (p.d_k / 32) * p.d_v) * sizeof(float);
+  const size_t smem = (2 * p.d_k + (p.d_k / 32) * p.d_v + (p.alpha_w ? 2 * p.t : 0)) * sizeof(float);
   launch(gdn_fused_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
 }
 

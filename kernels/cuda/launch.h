@@ -91,12 +91,25 @@ void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int 
           cudaStream_t s);
 void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
                 cudaStream_t s);
-// Split-K attention: `splits` partial softmaxes per (token, head) in `part`
-// ([t][n_head][splits][head_dim + 2]), then merged into out. head_dim % 32 == 0, <= 256;
-// n_head / n_head_kv <= 8.
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-               cudaStream_t s);
+// Split-K attention in one launch: `splits` (<= 32) partial softmaxes per (token, head) in
+// `part` ([t][n_head][splits][head_dim + 2]); the last split of each (token, KV head) merges
+// them into out, times sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is
+// given. counters: [t][n_head_kv] ints, zero-initialised, left zero. head_dim % 32 == 0,
+// <= 256; n_head / n_head_kv <= 8.
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part,
+               int* counters, int t, int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv,
+               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
+// The attention site before attention(): q [t][n_head][d] = RoPE(rmsnorm(query)·q_norm) from
+// qf [t][n_head][2][d]; k likewise from k [t][n_head_kv][d] (k_norm) into k_cache rows
+// pos..pos+t-1; v copied into v_cache. head_dim % 32 == 0, <= 1024; n_rot <= head_dim.
+struct AttnPrep {
+  const float *qf = nullptr, *k = nullptr, *v = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  float eps = 0.0f, base = 0.0f;
+  int n_rot = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  float *q = nullptr, *k_cache = nullptr, *v_cache = nullptr;
+};
+void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s);
 
 // ---- gated delta net ------------------------------------------------------------------------
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,
@@ -122,6 +135,23 @@ struct GdnFused {
   int t = 0, n_k = 0, n_v = 0, d_k = 0, d_v = 0;
   float eps = 0.0f, norm_eps = 0.0f;
   bool transpose = false;
+  // The rest of the GDN site, optional. qkv != nullptr: conv is not read; the block computes
+  // ssm_conv of its q/k/v channels from qkv [t][channels], conv_w (F32 [channels][taps]) and
+  // conv_state ([taps-1][channels], updated; taps <= 4). The q/k channels of a key head are
+  // read by its n_v/n_k value-head blocks: the last of them to count itself in `conv_counters`
+  // ([n_k] ints, zero, left zero) writes their new state. alpha_w != nullptr: alpha and
+  // beta_in are computed as normed [t][ab_k] · row h of alpha_w / beta_w (file layout, ab_type
+  // F32, F16 or BF16), then the gates in place (ssm_a, dt_bias).
+  const float* qkv = nullptr;
+  const float* conv_w = nullptr;
+  float* conv_state = nullptr;
+  int* conv_counters = nullptr;
+  int taps = 0;
+  const uint8_t *alpha_w = nullptr, *beta_w = nullptr;
+  const float* normed = nullptr;
+  RawType ab_type = RawType::F32;
+  size_t ab_row_bytes = 0;
+  int ab_k = 0;
 };
 void gdn_fused(const GdnFused& p, cudaStream_t s);
 

@@ -278,6 +278,39 @@ void Graph::gdn_layer(int il, int t, int pos0) {
   float* proj_out[] = {s.qkv, s.z};
   be_.matmul_multi(proj, s.xr, proj_out, t);
   name("z", il, s.z, DI, t, pos0);
+  GdnShape gs{NK, NV, static_cast<int>(c_.ssm_d_state), DV, c_.rms_eps};
+  if (dump_dir_.empty()) {  // the whole mixer as one site (one launch on a GPU)
+    Backend::GdnSite site;
+    site.qkv = s.qkv;
+    site.z = s.z;
+    site.normed = s.xn;
+    site.conv1d = &L.ssm_conv1d;
+    site.alpha_w = &L.ssm_alpha;
+    site.beta_w = &L.ssm_beta;
+    site.ssm_a = &L.ssm_a;
+    site.dt_bias = &L.ssm_dt_bias;
+    site.norm_w = &L.ssm_norm;
+    site.taps = static_cast<int>(c_.ssm_conv);
+    site.conv_state = state_.conv_state[il];
+    site.state = state_.ssm_state[il];
+    site.conv = s.conv;
+    site.alpha = s.alpha;
+    site.beta_in = s.beta_in;
+    site.g = s.g;
+    site.beta = s.beta;
+    site.o = s.o;
+    site.normed_o = s.fo;
+    site.out = permute_ssm_out_ ? s.fog : s.fo;
+    site.shape = gs;
+    site.norm_eps = c_.rms_eps;
+    site.grouped = permute_ssm_out_;
+    be_.gdn_site(site, t);
+    hadamard_site(site.out, s.fr, DI, t);
+    be_.matmul(L.ssm_out, s.fr, s.mix, t);
+    name("linear_attn_out", il, s.mix, c_.n_embd, t, pos0);
+    return;
+  }
+  // The same ops one by one, naming the intermediate activations for the dump.
   // alpha/beta read the UN-rotated normed input: they are not folded.
   const Weight* ab[] = {&L.ssm_alpha, &L.ssm_beta};
   float* ab_out[] = {s.alpha, s.beta_in};
@@ -290,7 +323,6 @@ void Graph::gdn_layer(int il, int t, int pos0) {
   name("gate", il, s.g, NV, t, pos0);
   name("beta_sigmoid", il, s.beta, NV, t, pos0);
 
-  GdnShape gs{NK, NV, static_cast<int>(c_.ssm_d_state), DV, c_.rms_eps};
   be_.gdn_recurrence(s.conv, s.g, s.beta, state_.ssm_state[il], s.o, t, gs);
   name("attn_output", il, s.o, DI, t, pos0);
   be_.gated_rmsnorm(s.o, s.z, L.ssm_norm, s.fo, static_cast<int64_t>(t) * NV, DV, c_.rms_eps);
@@ -311,10 +343,42 @@ void Graph::attention_layer(int il, int t, int pos0) {
   Scratch& s = *s_;
   const LayerWeights& L = w_.layers[il];
   const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv), D = static_cast<int>(c_.head_dim_k);
-  const int64_t HD = prod(H, D), KV = prod(HKV, D);
+  const int64_t HD = prod(H, D);
   const Weight* proj[] = {&L.attn_q, &L.attn_k, &L.attn_v};
   float* proj_out[] = {s.qf, s.k, s.v};
   be_.matmul_multi(proj, s.xr, proj_out, t);
+  AttentionShape as{H, HKV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  if (dump_dir_.empty()) {  // norms, RoPE, KV store, attention and gate as one site
+    Backend::AttentionSite site;
+    site.qf = s.qf;
+    site.k = s.k;
+    site.v = s.v;
+    site.q_norm = &L.attn_q_norm;
+    site.k_norm = &L.attn_k_norm;
+    site.eps = c_.rms_eps;
+    site.n_rot = static_cast<int>(c_.n_rot);
+    site.rope_base = c_.rope_base;
+    site.k_cache = state_.k_cache[il];
+    site.v_cache = state_.v_cache[il];
+    site.q = s.q;
+    site.qgate = s.qgate;
+    site.out = s.att;
+    site.shape = as;
+    be_.attention_site(site, t, pos0);
+  } else {
+    attention_ops(il, t, pos0, as);
+  }
+  hadamard_site(s.att, s.attr, HD, t);
+  be_.matmul(L.attn_out, s.attr, s.mix, t);
+  name("attn_output", il, s.mix, c_.n_embd, t, pos0);
+}
+
+// attention_site's ops one by one, naming the intermediate activations for the dump.
+void Graph::attention_ops(int il, int t, int pos0, const AttentionShape& as) {
+  Scratch& s = *s_;
+  const LayerWeights& L = w_.layers[il];
+  const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv), D = static_cast<int>(c_.head_dim_k);
+  const int64_t HD = prod(H, D), KV = prod(HKV, D);
   // attn_q rows are per head [D query | D gate].
   be_.take_part(s.qf, s.q, static_cast<int64_t>(t) * H, 2, 0, D);
   be_.take_part(s.qf, s.qgate, static_cast<int64_t>(t) * H, 2, 1, D);
@@ -326,14 +390,10 @@ void Graph::attention_layer(int il, int t, int pos0) {
   be_.rope(s.k, t, HKV, D, static_cast<int>(c_.n_rot), c_.rope_base, pos0);
   be_.store_rows(state_.k_cache[il], s.k, KV, t, pos0);
   be_.store_rows(state_.v_cache[il], s.v, KV, t, pos0);
-  AttentionShape as{H, HKV, D, 1.0f / std::sqrt(static_cast<float>(D))};
   be_.attention(s.q, state_.k_cache[il], state_.v_cache[il], s.att, t, pos0, as);
   name("attn_pregate", il, s.att, HD, t, pos0);
   be_.sigmoid_mul(s.att, s.qgate, s.att, HD * t);
   name("attn_gated", il, s.att, HD, t, pos0);
-  hadamard_site(s.att, s.attr, HD, t);
-  be_.matmul(L.attn_out, s.attr, s.mix, t);
-  name("attn_output", il, s.mix, c_.n_embd, t, pos0);
 }
 
 void Graph::ffn(int il, int t, int pos0) {

@@ -52,6 +52,7 @@ class Graph {
   const float* signs_for(int64_t k) const;  // backend buffer of the width-k signs, or nullptr
   void gdn_layer(int il, int t, int pos0);
   void attention_layer(int il, int t, int pos0);
+  void attention_ops(int il, int t, int pos0, const AttentionShape& as);
   void ffn(int il, int t, int pos0);
 
   const Model& model_;
