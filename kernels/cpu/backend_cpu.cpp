@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fwht.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/ref/ops.h"
 
 namespace bonsai {
@@ -103,7 +104,11 @@ void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, con
 
 void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
   if (!fast_type(w.type)) return RefBackend::matmul(w, x, y, t);
-  // Decode-shaped: one matvec per row of x (the prefill GEMM replaces this for t > 1).
+  if (t > 1 && cpu::gemm_supported(view(w).type, isa_)) {  // prefill: each weight block decoded once per batch
+    cpu::prepare_batch(x, t, w.k, cpu::gemm_block(view(w).type), precision_, batch_, &pool_);
+    return cpu::gemm(view(w), batch_, y, pool_, isa_);
+  }
+  // Decode-shaped: one matvec per row of x (also prefill where no GEMM kernel exists).
   for (int i = 0; i < t; ++i) {
     cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w).type));
     cpu::matvec(view(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
@@ -116,6 +121,15 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   for (const Weight* w : ws) {
     if (!fast_type(w->type) || w->k != ws[0]->k) return Backend::matmul_multi(ws, x, ys, t);
     layouts |= cpu::layouts_for(view(*w).type);
+  }
+  if (t > 1 && std::all_of(ws.begin(), ws.end(), [&](const Weight* w) {
+        return cpu::gemm_supported(view(*w).type, isa_) &&
+               cpu::gemm_block(view(*w).type) == cpu::gemm_block(view(*ws[0]).type);
+      })) {
+    cpu::prepare_batch(x, t, ws[0]->k, cpu::gemm_block(view(*ws[0]).type), precision_, batch_, &pool_);
+    std::vector<cpu::MatvecJob> gjobs(ws.size());
+    for (size_t j = 0; j < ws.size(); ++j) gjobs[j] = {view(*ws[j]), ys[j]};
+    return cpu::gemm_multi(gjobs, batch_, pool_, isa_);
   }
   std::vector<cpu::MatvecJob> jobs(ws.size());
   for (int i = 0; i < t; ++i) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matvec.h"
 #include "kernels/cpu/repack.h"
 #include "kernels/ref/ref_backend.h"
@@ -49,6 +50,7 @@ class CpuBackend : public RefBackend {
   Isa isa_;
   cpu::Precision precision_;
   cpu::PreparedAct act_;  // reused across calls: prepare_act allocates nothing in steady state
+  cpu::PreparedBatch batch_;  // the prefill GEMM's quantized batch, reused likewise
   std::string name_;
   bool ptq1_transcode_;
   std::vector<std::unique_ptr<cpu::Ptq1Repack>> repacks_;  // owned targets of Weight::prepared
