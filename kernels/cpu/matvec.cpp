@@ -97,15 +97,21 @@ Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
 
 // Rows are handed out in contiguous chunks (each a sequential stream for the
 // prefetchers) of at least kMinChunkBytes, a few per thread so that a thread
-// the OS delays does not hold up the others (dynamic scheduling). Chunk row
+// the OS delays does not hold up the others (dynamic scheduling), and of at
+// most kMaxChunkBytes: with a handful of chunks per thread, a 340 MB head or a
+// 47 MB gate+up pair ends with one thread finishing a 6–42 MB chunk alone
+// whenever the two threads' speeds differ (they do on a shared machine); with
+// 1 MiB chunks (~60 µs of work each; the atomic hand-out costs ~0.1 µs and a
+// chunk start loses ~4 KB of prefetch lead) the tail is ≤ 60 µs. Chunk row
 // counts are multiples of 8 so multi-row kernels see full row groups.
 constexpr int64_t kMinChunkBytes = 64 * 1024;
+constexpr int64_t kMaxChunkBytes = 1024 * 1024;
 constexpr int64_t kChunksPerThread = 4;
 
 int64_t chunk_rows(int64_t total_rows, int64_t bytes_per_row, int threads) {
   const int64_t total_bytes = total_rows * std::max<int64_t>(bytes_per_row, 1);
   int64_t chunks = std::min<int64_t>(kChunksPerThread * threads, total_bytes / kMinChunkBytes);
-  chunks = std::max<int64_t>(chunks, 1);
+  chunks = std::max<int64_t>({chunks, total_bytes / kMaxChunkBytes, 1});
   int64_t rows = (total_rows + chunks - 1) / chunks;
   return (rows + 7) / 8 * 8;
 }
