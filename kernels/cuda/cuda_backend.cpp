@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai {
@@ -313,6 +314,12 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
   auto flush_tiled = [&] {
     if (tiled.count == 0) return;
     m.quantized(x, t, k);
+    if (t >= cuda::kGemmMinTokens) {  // prefill: each weight tile decoded once per 64 tokens
+      cuda::gemm_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, m.stream);
+      check_launch("gemm (tiled)");
+      tiled.count = 0;
+      return;
+    }
     const int sms = m.prop.multiProcessorCount;
     size_t partial = 0, counters = 0;
     cuda::matvec_tiled_scratch(tiled, t, k, sms, &partial, &counters);

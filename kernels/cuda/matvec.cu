@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
@@ -40,6 +42,7 @@ constexpr int kWarps = 8;  // warps per block
 constexpr int kDepth = 2;  // k-blocks each warp has in flight (2 KB of weights each)
 constexpr int kTok = 4;    // tokens per pass: B columns 2i, 2i+1 are token i's hi, lo
 constexpr int kBlocksPerSm = 2;
+constexpr int kMaxRing = 8;  // bulk path: most unit slots per warp
 
 // Persistent streaming: the (pair, k-block) units of all jobs, pair-major, are cut into
 // one contiguous range of `per_warp` units per warp (a single wave of blocks). A warp
@@ -49,6 +52,7 @@ constexpr int kBlocksPerSm = 2;
 // slots in rank order (deterministic) and resets the pair's counter.
 struct StreamPlan {
   int per_warp = 0, units = 0, pairs = 0, slots = 0;  // slots: most warps sharing one pair
+  int ring = 0;                                       // bulk path: unit slots per warp
   int unit_start[kMaxJobs + 1] = {};
   int pair_start[kMaxJobs + 1] = {};
 };
@@ -260,7 +264,305 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   }
 }
 
+// ---- tiled ternary matvec, Hopper: weights staged by the bulk-copy engine -----------------
+// Same work split, numerics and split fix-up as matvec_tiled_kernel, but a warp's weights
+// reach it through a ring of `plan.ring` unit slots in shared memory (one unit: its four
+// tiles' chunks of one k-block, 2.1 KB) filled by cp.async.bulk: one instruction per chunk
+// instead of one 16-byte load per lane, and up to ring x 2.1 KB per warp (ring 4: 140 KB per
+// SM) in flight without holding registers. Each slot has an mbarrier (arrive count 1: lane
+// 0's expect_tx; the copies complete the phase). A slot is refilled as soon as the warp has
+// read it into registers, before computing on it.
+
+struct XStage {
+  uint4 x[2];  // this lane's B words (zero for lanes without a column)
+  float4 m;    // {s0, s1, Σq0, Σq1} of the lane's token
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::
+          "r"(bar),
+      "r"(parity)
+      : "memory");
+}
+#endif
+
+// acc[tile][row g, row g + 8] (token tig) += one unit: four tiles' chunks of one k-block.
+template <int G>
+__device__ __forceinline__ void unit_dot(float (&acc)[kWarpTiles][2], const uint4 (&w)[kWarpTiles],
+                                         const uint32_t (&sc)[kWarpTiles][G], const XStage& d) {
+  const uint32_t xb[8] = {d.x[0].x, d.x[0].y, d.x[0].z, d.x[0].w, d.x[1].x, d.x[1].y, d.x[1].z, d.x[1].w};
+  const int sq0 = __float_as_int(d.m.z), sq1 = __float_as_int(d.m.w);
+#pragma unroll
+  for (int tile = 0; tile < kWarpTiles; ++tile) {
+    const uint32_t wd[4] = {w[tile].x, w[tile].y, w[tile].z, w[tile].w};
+    int c[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t v = wd[q], mask = 0x03030303u;
+      mma_u8s8(c, v & mask, (v >> 2) & mask, (v >> 4) & mask, (v >> 6) & mask, xb[2 * q], xb[2 * q + 1]);
+      if (G == 2 && q == 1) {  // 64-column weight groups: flush each half
+        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][0]));
+        acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq0) * (dd.x * d.m.x);
+        acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq0) * (dd.y * d.m.x);
+        c[0] = c[1] = c[2] = c[3] = 0;
+      }
+    }
+    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][G - 1]));
+    const int sq = G == 2 ? sq1 : sq0 + sq1;
+    acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (dd.x * d.m.y);
+    acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq) * (dd.y * d.m.y);
+  }
+}
+
+template <int G>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    matvec_bulk_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
+                       const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
+                       int* counters) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ __align__(8) uint64_t bars[kWarps][kMaxRing];
+  pdl_trigger();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int gw = blockIdx.x * kWarps + warp;
+  const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
+  const int tok0 = blockIdx.y * kTok, ntok = min(kTok, t - tok0);
+  constexpr int CB = kCodeBytes + 32 * G;
+  constexpr int kUnit = kWarpTiles * CB;
+  const int R = plan.ring;
+  const size_t tile_stride = static_cast<size_t>(kblocks) * CB;
+  const uint8_t* my = ring + static_cast<size_t>(warp) * R * kUnit;
+  const uint32_t my_s = smem_u32(my), bar0 = smem_u32(&bars[warp][0]);
+  if (lane == 0) {
+    for (int s = 0; s < R; ++s) mbar_init(bar0 + 8 * s);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  const bool has_x = g < 2 * ntok;
+  const uint8_t* xp =
+      xq + static_cast<size_t>(tok0 + (has_x ? g >> 1 : 0)) * kblocks * kActBytes + (g & 1) * 128 + tig * 32;
+  const float4* mp = meta + static_cast<size_t>(tok0 + min(tig, ntok - 1)) * kblocks;
+
+  struct Cursor {
+    int job, pair, kb, gpair, next_job;
+    const uint8_t* chunk;  // tile 0 of (pair, kb)
+  };
+  auto job_w = [&](int j) {
+    const uint8_t* w = jobs.job[0].w;
+#pragma unroll
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i == j) w = jobs.job[i].w;
+    return w;
+  };
+  auto job_start = [&](int j) {
+    int v = plan.unit_start[0];
+#pragma unroll
+    for (int i = 1; i <= kMaxJobs; ++i)
+      if (i == j) v = plan.unit_start[i];
+    return v;
+  };
+  auto cursor_at = [&](int u) {
+    Cursor c;
+    c.job = 0;
+#pragma unroll
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i < jobs.count && u >= plan.unit_start[i]) c.job = i;
+    const int local = u - job_start(c.job);
+    c.pair = local / kblocks;
+    c.kb = local - c.pair * kblocks;
+    c.gpair = u / kblocks;
+    c.next_job = job_start(c.job + 1);
+    c.chunk = job_w(c.job) + static_cast<size_t>(c.pair) * kWarpTiles * tile_stride +
+              static_cast<size_t>(c.kb) * CB;
+    return c;
+  };
+  auto advance = [&](Cursor& c, int u_next) {
+    c.chunk += CB;
+    if (++c.kb < kblocks) return;
+    c.kb = 0;
+    ++c.pair;
+    ++c.gpair;
+    c.chunk += (kWarpTiles - 1) * tile_stride;
+    if (u_next == c.next_job) {
+      ++c.job;
+      c.pair = 0;
+      c.next_job = job_start(c.job + 1);
+      c.chunk = job_w(c.job);
+    }
+  };
+  auto issue = [&](int slot, const Cursor& c) {
+    if (lane == 0) {
+      const uint32_t bar = bar0 + 8 * slot, dst = my_s + slot * kUnit;
+      mbar_expect(bar, kUnit);
+#pragma unroll
+      for (int tile = 0; tile < kWarpTiles; ++tile)
+        bulk_load(dst + tile * CB, c.chunk + tile * tile_stride, CB, bar);
+    }
+  };
+  auto load_x = [&](XStage& d, int kb) {
+    if (has_x) {
+      d.x[0] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes));
+      d.x[1] = __ldg(reinterpret_cast<const uint4*>(xp + static_cast<size_t>(kb) * kActBytes + 16));
+    } else {
+      d.x[0] = d.x[1] = make_uint4(0, 0, 0, 0);
+    }
+    d.m = __ldg(mp + kb);
+  };
+
+  Cursor lc = cursor_at(u0), cc = lc;
+  int lu = u0;
+  // The weights do not depend on the previous kernel: the whole ring is requested before the wait.
+  for (int s = 0; s < R && lu < u1; ++s) {
+    issue(s, lc);
+    ++lu;
+    advance(lc, lu);
+  }
+  pdl_wait();
+  XStage xc;
+  load_x(xc, cc.kb);
+  float acc[kWarpTiles][2] = {};
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int u = u0; u < u1; ++u) {
+    XStage xn = xc;
+    if (u + 1 < u1) load_x(xn, cc.kb + 1 == kblocks ? 0 : cc.kb + 1);
+    mbar_wait(bar0 + 8 * slot, phase);
+    uint4 w[kWarpTiles];
+    uint32_t sc[kWarpTiles][G];
+    const uint8_t* src = my + slot * kUnit;
+#pragma unroll
+    for (int tile = 0; tile < kWarpTiles; ++tile) {
+      w[tile] = *reinterpret_cast<const uint4*>(src + tile * CB + lane * 16);
+#pragma unroll
+      for (int sub = 0; sub < G; ++sub)
+        sc[tile][sub] = *reinterpret_cast<const uint32_t*>(src + tile * CB + kCodeBytes + sub * 32 + g * 4);
+    }
+    __syncwarp();  // every lane has the slot in registers: it may be overwritten
+    if (lu < u1) {
+      if (lane == 0) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      issue(slot, lc);
+      ++lu;
+      advance(lc, lu);
+    }
+    if (++slot == R) {
+      slot = 0;
+      phase ^= 1;
+    }
+    unit_dot<G>(acc, w, sc, xc);
+    xc = xn;
+
+    const bool pair_done = cc.kb == kblocks - 1 || u + 1 == u1;
+    const Cursor done = cc;
+    advance(cc, u + 1);
+    if (!pair_done) continue;
+    // ---- this warp is done with its share of pair `done` ----
+    TiledJob job = jobs.job[0];
+#pragma unroll
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i == done.job) job = jobs.job[i];
+    const int p_lo = done.gpair * kblocks, p_hi = p_lo + kblocks;
+    const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
+    const int row0 = done.pair * kPairRows;
+    float v[2 * kWarpTiles];
+#pragma unroll
+    for (int i = 0; i < 2 * kWarpTiles; ++i) {
+      v[i] = acc[i / 2][i % 2];
+      acc[i / 2][i % 2] = 0.0f;
+    }
+    auto row_of = [&](int i) { return (i / 2) * kTileRows + g + 8 * (i % 2); };
+    if (first == last) {
+      if (tig < ntok)
+#pragma unroll
+        for (int i = 0; i < 2 * kWarpTiles; ++i)
+          if (row0 + row_of(i) < job.n)
+            job.y[static_cast<size_t>(tok0 + tig) * job.n + row0 + row_of(i)] = v[i];
+      continue;
+    }
+    float* slots = partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair) * plan.slots *
+                                 (kPairRows * kTok);
+#pragma unroll
+    for (int i = 0; i < 2 * kWarpTiles; ++i)
+      slots[(gw - first) * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
+    __threadfence();
+    __syncwarp();
+    int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair;
+    int arrived = 0;
+    if (lane == 0) arrived = atomicAdd(counter, 1);
+    arrived = __shfl_sync(kFullMask, arrived, 0);
+    if (arrived != last - first) continue;
+    __threadfence();
+    // Each lane sums rows lane and 32 + lane over the slots in rank order (deterministic),
+    // the two rows' loads interleaved so that many are in flight.
+    const int nr = last - first + 1;
+    for (int tok = 0; tok < ntok; ++tok) {
+      float s0 = 0.0f, s1 = 0.0f;
+      const float* sl = slots + tok;
+#pragma unroll 8
+      for (int r = 0; r < nr; ++r) {
+        s0 += __ldcg(sl + r * (kPairRows * kTok) + lane * kTok);
+        s1 += __ldcg(sl + r * (kPairRows * kTok) + (32 + lane) * kTok);
+      }
+      if (row0 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + lane] = s0;
+      if (row0 + 32 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + 32 + lane] = s1;
+    }
+    if (lane == 0) *counter = 0;
+  }
+#else
+  __trap();  // launched only on compute capability 9.0 and newer (matvec_tiled)
+#endif
+}
+
+// Tuning of the matvec, read once per process: BONSAI_CUDA_MV=legacy selects the register-
+// staged kernel on Hopper too; BONSAI_CUDA_MV_RING (1..8, default 4) unit slots per warp;
+// BONSAI_CUDA_MV_MIN (default 1) the fewest units per warp (fewer, longer ranges: fewer
+// split fix-ups on small matrices); BONSAI_CUDA_MV_BPS (1..2) blocks per SM.
+struct MatvecConfig {
+  bool bulk = false;
+  int ring = 4, min_units = 1;
+  int blocks_per_sm = kBlocksPerSm;  // persistent blocks per SM the work is spread over
+};
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  return std::clamp(std::atoi(e), lo, hi);
+}
+
+const MatvecConfig& matvec_config() {
+  static const MatvecConfig cfg = [] {
+    MatvecConfig c;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const char* mode = std::getenv("BONSAI_CUDA_MV");
+    c.bulk = major >= 9 && !(mode && std::string_view(mode) == "legacy");
+    c.ring = env_int("BONSAI_CUDA_MV_RING", 4, 1, kMaxRing);
+    c.min_units = env_int("BONSAI_CUDA_MV_MIN", 1, 1, 1 << 20);
+    c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
+    return c;
+  }();
+  return cfg;
+}
+
 StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
+  const MatvecConfig& cfg = matvec_config();
   StreamPlan p;
   for (int j = 0; j < jobs.count; ++j) {
     p.pair_start[j] = p.pairs;
@@ -270,9 +572,10 @@ StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
   p.pair_start[jobs.count] = p.pairs;
   p.units = p.pairs * kblocks;
   p.unit_start[jobs.count] = p.units;
-  const int warps = sm_count * kBlocksPerSm * kWarps;
-  p.per_warp = std::max(1, (p.units + warps - 1) / warps);
+  const int warps = sm_count * cfg.blocks_per_sm * kWarps;
+  p.per_warp = std::max(cfg.min_units, (p.units + warps - 1) / warps);
   p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;  // a pair meets at most this many ranges
+  p.ring = cfg.ring;
   return p;
 }
 
@@ -475,6 +778,20 @@ struct EmbedRaw {
   }
 };
 
+template <int G>
+void launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
+                   const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s) {
+  if (matvec_config().bulk) {
+    const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
+    cudaFuncSetAttribute(matvec_bulk_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem));
+    launch(matvec_bulk_kernel<G>, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial,
+           counters);
+  } else {
+    launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+  }
+}
+
 }  // namespace
 
 void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, cudaStream_t s) {
@@ -497,9 +814,9 @@ void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const fl
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
-    launch(matvec_tiled_kernel<2>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s);
   else
-    launch(matvec_tiled_kernel<1>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s);
 }
 
 void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,

@@ -1,0 +1,256 @@
+// The prefill GEMM on the int8 tensor cores (mma.sync m16n8k32, u8 codes x s8 activation
+// halves), layouts of kernels/cuda/tile_layout.h.
+//
+// A block computes 128 weight rows (8 tiles) x 64 tokens; its 8 warps are 2 along the
+// rows x 4 along the tokens, a warp owns 64 rows x 16 tokens (4 x 2 mma tiles). Each
+// 128-column k-block is one pipeline stage, staged in shared memory with cp.async
+// (kStages deep): the 8 weight chunks exactly as stored (codes + scales), the 64 tokens'
+// 256 quantized bytes (rows padded by 16 bytes so that the B-fragment loads of 8 tokens
+// hit distinct banks) and their float4 meta. Rows past the weight's stored tiles and
+// tokens past t are zero-filled (scale 0: they add nothing).
+//
+// Numerics are the matvec's (tile_layout.h): per k-block (or 64-column half when
+// groups == 2) the integer dot products Σc·hi and Σc·lo are exact; both chains start from
+// the accumulator value 0x4B400000 (the bits of 1.5·2^23), so that the int32 result
+// M + Σ is the float M + Σ (|Σ| <= 3·128·128 < 2^22): two FADDs instead of two
+// quarter-rate I2F. T = 256·Σc·hi + Σc·lo − Σq is then formed by one FMA, exactly
+// (|T| <= 2·128·32639 < 2^24), and added as T·(d·s) like the matvec does.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/tile_layout.h"
+
+namespace bonsai::cuda {
+namespace {
+
+constexpr int kStages = 4;
+constexpr int kThreads = 256;
+constexpr int kBlockTiles = kGemmRows / kTileRows;  // 8
+constexpr int kActPitch = kActBytes + 16;           // shared-memory bytes per token
+
+template <int G>
+struct GemmSmem {
+  static constexpr int kCB = kCodeBytes + 32 * G;  // one stored chunk
+  static constexpr int kW = kBlockTiles * kCB;
+  static constexpr int kX = kGemmTokens * kActPitch;
+  static constexpr int kM = kGemmTokens * 16;
+  static constexpr int kStage = kW + kX + kM;
+  static constexpr int kBytes = kStages * kStage;
+};
+
+struct GemmPlan {
+  int block_start[kMaxJobs + 1] = {};  // first row block of each job
+  int tiles[kMaxJobs] = {};            // tiles stored per job (whole row groups)
+};
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// d = a·b + c (u8 A 16x32 row-major, s8 B 32x8 column-major, s32 accumulators).
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], const int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]),
+        "r"(c[3]));
+}
+
+constexpr int kMagicBits = 0x4B400000;  // 1.5·2^23 as float
+constexpr float kMagic = 12582912.0f;
+
+template <int G>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_tiled_kernel(TiledJobs jobs, GemmPlan plan, const uint8_t* __restrict__ xq,
+                      const float4* __restrict__ meta, int t, int kblocks) {
+  using S = GemmSmem<G>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  pdl_trigger();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+  const int wm = warp & 1, wn = warp >> 1;
+  const bool active = static_cast<int>(blockIdx.x) * kGemmTokens + wn * 16 < t;
+  const int tok0 = blockIdx.x * kGemmTokens;
+  const int rb = blockIdx.y;
+  // The job of this row block; fields picked with constant indices (no local copy of `jobs`).
+  TiledJob job = jobs.job[0];
+  int tiles = plan.tiles[0], bstart = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxJobs; ++i)
+    if (i < jobs.count && rb >= plan.block_start[i]) {
+      job = jobs.job[i];
+      tiles = plan.tiles[i];
+      bstart = plan.block_start[i];
+    }
+  const int tile0 = (rb - bstart) * kBlockTiles;
+  const size_t tile_stride = static_cast<size_t>(kblocks) * S::kCB;
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  auto load_stage = [&](int kb, int slot) {
+    const uint32_t st = sbase + slot * S::kStage;
+    constexpr int kWp = S::kW / 16, kXp = kGemmTokens * (kActBytes / 16), kAll = kWp + kXp + kGemmTokens;
+    constexpr int kChunkPieces = S::kCB / 16;
+    for (int p = tid; p < kAll; p += kThreads) {
+      if (p < kWp) {
+        const int ti = p / kChunkPieces, piece = p - ti * kChunkPieces;
+        const bool ok = tile0 + ti < tiles;
+        const uint8_t* src =
+            job.w +
+            (ok ? static_cast<size_t>(tile0 + ti) * tile_stride + static_cast<size_t>(kb) * S::kCB : 0) +
+            piece * 16;
+        cp_async16(st + ti * S::kCB + piece * 16, src, ok ? 16 : 0);
+      } else if (p < kWp + kXp) {
+        const int q = p - kWp, tk = q >> 4, piece = q & 15;
+        const bool ok = tok0 + tk < t;
+        const uint8_t* src =
+            xq + (ok ? (static_cast<size_t>(tok0 + tk) * kblocks + kb) * kActBytes : 0) + piece * 16;
+        cp_async16(st + S::kW + tk * kActPitch + piece * 16, src, ok ? 16 : 0);
+      } else {
+        const int tk = p - kWp - kXp;
+        const bool ok = tok0 + tk < t;
+        const float4* src = meta + (ok ? static_cast<size_t>(tok0 + tk) * kblocks + kb : 0);
+        cp_async16(st + S::kW + S::kX + tk * 16, src, ok ? 16 : 0);
+      }
+    }
+  };
+
+  pdl_wait();  // the activation is the previous kernel's output
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kblocks) load_stage(s, s);
+    cp_commit();
+  }
+
+  float acc[4][2][4];  // [m tile][n tile][c0..c3]: rows g, g+8 x tokens 2·tig, 2·tig+1
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][jn][e] = 0.0f;
+  const int magic[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
+
+  for (int kb = 0; kb < kblocks; ++kb) {
+    cp_wait<kStages - 2>();
+    __syncthreads();  // stage kb is visible to all; the slot refilled below was consumed by everyone
+    if (kb + kStages - 1 < kblocks) load_stage(kb + kStages - 1, (kb + kStages - 1) % kStages);
+    cp_commit();
+    const uint8_t* st = smem + (kb % kStages) * S::kStage;
+    if (!active) continue;  // all 16 of this warp's tokens are past t
+
+    // B fragments: token column g of each n tile, hi and lo words of all four k-steps.
+    uint32_t bh[2][8], bl[2][8];
+    float sc[2][2], mq[2][2][G];
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn) {
+      const uint8_t* xr = st + S::kW + (wn * 16 + jn * 8 + g) * kActPitch + tig * 32;
+      const uint4 h0 = *reinterpret_cast<const uint4*>(xr), h1 = *reinterpret_cast<const uint4*>(xr + 16);
+      const uint4 l0 = *reinterpret_cast<const uint4*>(xr + 128),
+                  l1 = *reinterpret_cast<const uint4*>(xr + 144);
+      bh[jn][0] = h0.x, bh[jn][1] = h0.y, bh[jn][2] = h0.z, bh[jn][3] = h0.w;
+      bh[jn][4] = h1.x, bh[jn][5] = h1.y, bh[jn][6] = h1.z, bh[jn][7] = h1.w;
+      bl[jn][0] = l0.x, bl[jn][1] = l0.y, bl[jn][2] = l0.z, bl[jn][3] = l0.w;
+      bl[jn][4] = l1.x, bl[jn][5] = l1.y, bl[jn][6] = l1.z, bl[jn][7] = l1.w;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float4 m =
+            *reinterpret_cast<const float4*>(st + S::kW + S::kX + (wn * 16 + jn * 8 + 2 * tig + c) * 16);
+        sc[jn][c] = m.x;
+        const int q0 = __float_as_int(m.z), q1 = __float_as_int(m.w);
+        if constexpr (G == 1) {
+          mq[jn][c][0] = kMagic + static_cast<float>(q0 + q1);  // exact: |Σq| < 2^22
+        } else {
+          mq[jn][c][0] = kMagic + static_cast<float>(q0);
+          mq[jn][c][G - 1] = kMagic + static_cast<float>(q1);
+        }
+      }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint8_t* ch = st + (wm * 4 + i) * S::kCB;
+      const uint4 w4 = *reinterpret_cast<const uint4*>(ch + lane * 16);
+      const uint32_t wd[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        constexpr int kSteps = 4 / G;
+        int hi[2][4], lo[2][4];
+#pragma unroll
+        for (int q = 0; q < kSteps; ++q) {
+          const int step = h * kSteps + q;
+          constexpr uint32_t mask = 0x03030303u;  // register j in bit pair j of the step's word
+          const uint32_t a[4] = {wd[step] & mask, (wd[step] >> 2) & mask, (wd[step] >> 4) & mask,
+                                 (wd[step] >> 6) & mask};
+#pragma unroll
+          for (int jn = 0; jn < 2; ++jn) {
+            if (q == 0) {
+              mma_u8s8(hi[jn], magic, a, bh[jn][2 * step], bh[jn][2 * step + 1]);
+              mma_u8s8(lo[jn], magic, a, bl[jn][2 * step], bl[jn][2 * step + 1]);
+            } else {
+              mma_u8s8(hi[jn], hi[jn], a, bh[jn][2 * step], bh[jn][2 * step + 1]);
+              mma_u8s8(lo[jn], lo[jn], a, bl[jn][2 * step], bl[jn][2 * step + 1]);
+            }
+          }
+        }
+        const uint32_t sw = *reinterpret_cast<const uint32_t*>(ch + kCodeBytes + h * 32 + g * 4);
+        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+#pragma unroll
+        for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = e & 1;
+            const float T =
+                fmaf(__int_as_float(hi[jn][e]) - kMagic, 256.0f, __int_as_float(lo[jn][e]) - mq[jn][c][h]);
+            acc[i][jn][e] = fmaf(T, ((e >> 1) ? dd.y : dd.x) * sc[jn][c], acc[i][jn][e]);
+          }
+      }
+    }
+  }
+  cp_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = (tile0 + wm * 4 + i) * kTileRows + g + 8 * (e >> 1);
+        const int tok = tok0 + wn * 16 + jn * 8 + 2 * tig + (e & 1);
+        if (row < job.n && tok < t) job.y[static_cast<size_t>(tok) * job.n + row] = acc[i][jn][e];
+      }
+}
+
+template <int G>
+void run_gemm(const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t, int kblocks,
+              cudaStream_t s) {
+  GemmPlan plan;
+  int blocks = 0;
+  for (int j = 0; j < jobs.count; ++j) {
+    plan.block_start[j] = blocks;
+    plan.tiles[j] = static_cast<int>(tiled_pairs(jobs.job[j].n) * kWarpTiles);
+    blocks += (plan.tiles[j] + kBlockTiles - 1) / kBlockTiles;
+  }
+  plan.block_start[jobs.count] = blocks;
+  for (int j = jobs.count + 1; j <= kMaxJobs; ++j) plan.block_start[j] = blocks;
+  cudaFuncSetAttribute(gemm_tiled_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       GemmSmem<G>::kBytes);
+  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens), static_cast<unsigned>(blocks));
+  launch(gemm_tiled_kernel<G>, grid, kThreads, GemmSmem<G>::kBytes, s, jobs, plan, xq, meta, t, kblocks);
+}
+
+}  // namespace
+
+void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
+                cudaStream_t s) {
+  const int kblocks = static_cast<int>(k / kBlockK);
+  if (groups == 2)
+    run_gemm<2>(jobs, xq, meta, t, kblocks, s);
+  else
+    run_gemm<1>(jobs, xq, meta, t, kblocks, s);
+}
+
+}  // namespace bonsai::cuda

@@ -1,0 +1,24 @@
+// The prefill GEMM of the CUDA backend: y_j [t][n_j] = x [t][k] · W_jᵀ for tiled ternary
+// weights (kernels/cuda/tile_layout.h) and several tokens at once, on the int8 tensor
+// cores. Same numerics as matvec_tiled: each weight tile is decoded once per tile of
+// kGemmTokens tokens instead of once per 4 tokens.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.h"
+
+namespace bonsai::cuda {
+
+inline constexpr int kGemmRows = 128;   // weight rows per block (8 tiles, two row groups)
+inline constexpr int kGemmTokens = 64;  // tokens per block
+// Below this many tokens the matvec (weights streamed once per 4 tokens) is as fast.
+inline constexpr int kGemmMinTokens = 12;
+
+// jobs: same k and scale grouping (groups 1 or 2); xq/meta: quantize_act of x [t][k].
+void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
+                cudaStream_t s);
+
+}  // namespace bonsai::cuda

@@ -1,0 +1,262 @@
+// The CUDA prefill GEMM (kernels/cuda/gemm.cu) against exact dot products of the
+// dequantized weights, and its throughput at the 27B shapes (with BONSAI_CUDA_BENCH=1).
+// Needs a device; skips with the reason when there is none.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bonsai/formats.h"
+#include "test_util.h"
+#if BONSAI_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm.h"
+#endif
+
+#if BONSAI_HAVE_CUDA
+namespace bonsai {
+namespace {
+
+using testing_util::randn;
+
+struct TernaryWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> dense;  // [n][k] dequantized
+  Weight w;
+};
+
+// Random codes (code 3 included where the format has it) and scales, every 5th group's
+// scale zero; `dense` is the reference dequantization of the encoded bytes.
+TernaryWeight make_ternary(DType type, int64_t n, int64_t k, uint32_t seed) {
+  TernaryWeight h;
+  const size_t stride = row_bytes(type, static_cast<uint64_t>(k));
+  h.bytes.resize(stride * n);
+  h.dense.resize(static_cast<size_t>(n * k));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> code(0, type == DType::PTQ1_0 ? 2 : 3);
+  std::uniform_real_distribution<float> scale(0.02f, 0.08f);
+  const int group = type == DType::Q2_0_G64 ? 64 : 128;
+  std::vector<uint8_t> codes(k);
+  std::vector<float> scales(k / group);
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& c : codes) c = static_cast<uint8_t>(code(rng));
+    for (size_t b = 0; b < scales.size(); ++b) scales[b] = (r * 3 + b) % 5 == 0 ? 0.0f : scale(rng);
+    encode_ternary_row(type, codes.data(), scales.data(), h.bytes.data() + r * stride, k);
+    dequantize_row(type, h.bytes.data() + r * stride, h.dense.data() + r * k, k);
+  }
+  h.w.name = std::string(dtype_name(type)) + " gemm test weight";
+  h.w.type = type;
+  h.w.n = n;
+  h.w.k = k;
+  h.w.data = h.bytes.data();
+  h.w.nbytes = h.bytes.size();
+  return h;
+}
+
+// The activation numerics of tile_layout.h: each input is within s/2 of s·q, s = amax/32639
+// over its 128-column block, so |Δy| <= Σ_j |W_j|·s(j)/2; the products and the per-block
+// float sums add ~(k/64 + 2) roundings of Σ|W x| (2^-24 each, taken as 4e-7 with margin).
+double bound(const float* w, const float* x, int64_t k) {
+  double b = 0, mag = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += 128) {
+    float amax = 0;
+    for (int64_t c = c0; c < c0 + 128; ++c) amax = std::max(amax, std::fabs(x[c]));
+    for (int64_t c = c0; c < c0 + 128; ++c) {
+      b += std::fabs(w[c]) * (amax / 32639.0) / 2;
+      mag += std::fabs(w[c] * x[c]);
+    }
+  }
+  return 1.01 * b + 4e-7 * mag * (2 + k / 64.0) + 1e-30;
+}
+
+class CudaGemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    be_ = std::make_unique<CudaBackend>(0);
+  }
+  float* up(const std::vector<float>& v) {
+    float* p = be_->alloc(v.size());
+    be_->from_host(p, v.data(), v.size());
+    return p;
+  }
+  std::vector<float> down(const float* p, size_t n) {
+    std::vector<float> v(n);
+    be_->to_host(v.data(), p, n);
+    return v;
+  }
+  // Tokens with some zero 128-blocks (scale 0) and one all-zero token.
+  static std::vector<float> activations(int t, int64_t k, uint32_t seed) {
+    auto x = randn(static_cast<size_t>(t) * k, seed, 2.0f);
+    for (int i = 0; i < t; ++i)
+      for (int64_t c = 0; c < k; ++c)
+        if (i == t / 2 || (i % 3 == 1 && c / 128 == (i / 3) % (k / 128))) x[i * k + c] = 0.0f;
+    return x;
+  }
+  void check(const TernaryWeight& h, const std::vector<float>& x, const std::vector<float>& y, int t,
+             const std::string& what) {
+    const int64_t n = h.w.n, k = h.w.k;
+    for (int i = 0; i < t; ++i)
+      for (int64_t r = 0; r < n; ++r) {
+        double exact = 0;
+        for (int64_t c = 0; c < k; ++c) exact += static_cast<double>(h.dense[r * k + c]) * x[i * k + c];
+        ASSERT_NEAR(y[i * n + r], exact, bound(h.dense.data() + r * k, x.data() + i * k, k))
+            << what << " token " << i << " row " << r;
+      }
+  }
+  std::unique_ptr<CudaBackend> be_;
+};
+
+TEST_F(CudaGemm, EveryTernaryFormatMatchesReference) {
+  struct Shape {
+    int64_t n, k;
+  };
+  for (DType type : {DType::PQ2_0, DType::PTQ1_0, DType::Q2_0_G128, DType::Q2_0_G64})
+    for (const Shape sh : {Shape{77, 384}, Shape{200, 640}}) {  // partial tiles, partial row blocks
+      TernaryWeight h = make_ternary(type, sh.n, sh.k, 7 + static_cast<uint32_t>(sh.n));
+      be_->prepare(h.w);
+      // odd counts, one full token block, and counts crossing token blocks
+      for (int t : {cuda::kGemmMinTokens, 13, 64, 77, 130}) {
+        const auto x = activations(t, sh.k, 100 + t);
+        float* dx = up(x);
+        float* dy = be_->alloc(static_cast<size_t>(t) * sh.n);
+        be_->matmul(h.w, dx, dy, t);
+        check(h, x, down(dy, static_cast<size_t>(t) * sh.n), t,
+              std::string(dtype_name(type)) + " n " + std::to_string(sh.n) + " t " + std::to_string(t));
+        be_->release(dx);
+        be_->release(dy);
+      }
+      be_->unprepare(h.w);
+    }
+}
+
+// Several weights in one launch (one row-block range per job) agree with the reference and,
+// token by token, with the single-token matvec: both compute the same exact integer per
+// block and differ only in the order of the float sums (a few roundings of Σ|W x|).
+TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
+  const int64_t k = 512;
+  const int t = 29;
+  TernaryWeight a = make_ternary(DType::PQ2_0, 40, k, 1), b = make_ternary(DType::PQ2_0, 300, k, 2),
+                c = make_ternary(DType::Q2_0_G128, 33, k, 3), d = make_ternary(DType::Q2_0_G64, 130, k, 4);
+  TernaryWeight* hs[] = {&a, &b, &c, &d};
+  const Weight* ws[4];
+  std::vector<float*> ys;
+  for (int j = 0; j < 4; ++j) {
+    be_->prepare(hs[j]->w);
+    ws[j] = &hs[j]->w;
+    ys.push_back(be_->alloc(static_cast<size_t>(t) * hs[j]->w.n));
+  }
+  const auto x = activations(t, k, 5);
+  float* dx = up(x);
+  be_->matmul_multi(ws, dx, ys, t);
+  for (int j = 0; j < 4; ++j) {
+    const TernaryWeight& h = *hs[j];
+    const auto y = down(ys[j], static_cast<size_t>(t) * h.w.n);
+    check(h, x, y, t, "job " + std::to_string(j));
+    for (int i = 0; i < t; i += 7) {
+      float* xi = up(std::vector<float>(x.begin() + i * k, x.begin() + (i + 1) * k));
+      float* yi = be_->alloc(h.w.n);
+      be_->matmul(h.w, xi, yi, 1);
+      const auto y1 = down(yi, h.w.n);
+      for (int64_t r = 0; r < h.w.n; ++r) {
+        double mag = 0;
+        for (int64_t col = 0; col < k; ++col) mag += std::fabs(h.dense[r * k + col] * x[i * k + col]);
+        ASSERT_NEAR(y[i * h.w.n + r], y1[r], 4e-7 * mag * (2 + k / 64.0) + 1e-30)
+            << "job " << j << " token " << i << " row " << r;
+      }
+      be_->release(xi);
+      be_->release(yi);
+    }
+  }
+  be_->release(dx);
+  for (float* y : ys) be_->release(y);
+  for (TernaryWeight* h : hs) be_->unprepare(h->w);
+}
+
+// The decode matvec on shapes long enough that each warp's range wraps its ring of unit
+// slots several times and row groups are split between warps (kernels/cuda/matvec.cu).
+TEST_F(CudaGemm, DecodeMatvecLongRowsMatchReference) {
+  struct Case {
+    DType type;
+    int64_t n, k;
+  };
+  for (const Case cs : {Case{DType::PQ2_0, 4160, 17408}, Case{DType::Q2_0_G64, 1000, 17408},
+                        Case{DType::PTQ1_0, 3000, 5120}}) {
+    TernaryWeight h = make_ternary(cs.type, cs.n, cs.k, 77);
+    be_->prepare(h.w);
+    for (int t : {1, 5}) {
+      const auto x = activations(t, cs.k, 200 + t);
+      float* dx = up(x);
+      float* dy = be_->alloc(static_cast<size_t>(t) * cs.n);
+      be_->matmul(h.w, dx, dy, t);
+      check(h, x, down(dy, static_cast<size_t>(t) * cs.n), t,
+            std::string(dtype_name(cs.type)) + " k " + std::to_string(cs.k) + " t " + std::to_string(t));
+      be_->release(dx);
+      be_->release(dy);
+    }
+    be_->unprepare(h.w);
+  }
+}
+
+// GEMM throughput at the 27B shapes, 512 tokens (docs/performance.md); weights random.
+TEST(CudaBench, GemmAt27bShapes) {
+  if (!std::getenv("BONSAI_CUDA_BENCH")) GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the GEMM benchmark";
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  struct Shape {
+    int64_t k, n;
+    int per_layer;  // how many of the 64 layers use the shape (for the whole-model estimate)
+  };
+  // 48 GDN layers: qkv 10240, gate 6144, ssm_out; 16 attention layers: q 12288, k/v 1024, out;
+  // 64 FFN: gate/up 17408, down.
+  const Shape shapes[] = {{5120, 10240, 48},  {5120, 6144, 48}, {5120, 12288, 16}, {5120, 1024, 32},
+                          {5120, 17408, 128}, {6144, 5120, 64}, {17408, 5120, 64}};
+  const int t = 512;
+  std::printf("| K | N | t | us | T MAC/s (weight x token) |\n|---|---|---|---|---|\n");
+  double total_s = 0;
+  for (const Shape& sh : shapes) {
+    TernaryWeight h;
+    h.bytes.resize(static_cast<size_t>(row_bytes(DType::PQ2_0, sh.k)) * sh.n);
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < h.bytes.size(); i += 34) {
+      for (size_t j = 2; j < 34; j += 8) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        std::memcpy(&h.bytes[i + j], &st, 8);
+      }
+      const uint16_t dd = f32_to_fp16(1.0f / 64);
+      std::memcpy(&h.bytes[i], &dd, 2);
+    }
+    h.w.name = "bench";
+    h.w.type = DType::PQ2_0;
+    h.w.n = sh.n;
+    h.w.k = sh.k;
+    h.w.data = h.bytes.data();
+    h.w.nbytes = h.bytes.size();
+    be.prepare(h.w);
+    auto x = randn(static_cast<size_t>(t) * sh.k, 8);
+    float* dx = be.alloc(x.size());
+    be.from_host(dx, x.data(), x.size());
+    float* dy = be.alloc(static_cast<size_t>(t) * sh.n);
+    // Includes the activation quantization (one small kernel) as in a model step.
+    const double sec = be.time_recorded([&] { be.matmul(h.w, dx, dy, t); }, 20);
+    const double macs = static_cast<double>(sh.k) * sh.n * t;
+    std::printf("| %lld | %lld | %d | %.1f | %.1f |\n", static_cast<long long>(sh.k),
+                static_cast<long long>(sh.n), t, sec * 1e6, macs / sec / 1e12);
+    total_s += sec * sh.per_layer;
+    be.unprepare(h.w);
+    be.release(dx);
+    be.release(dy);
+  }
+  std::printf("27B ternary matmuls (no head) for %d tokens: %.2f ms -> %.0f tok/s (GEMM + quantize)\n", t,
+              total_s * 1e3, t / total_s);
+}
+
+}  // namespace
+}  // namespace bonsai
+#endif  // BONSAI_HAVE_CUDA
