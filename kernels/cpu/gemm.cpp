@@ -94,8 +94,8 @@ detail::GemmArgs bind(const WeightView& w, const PreparedBatch& a, float* y, Isa
 
 struct Scratch {
   std::vector<AlignedBuffer<uint8_t>> per_thread;
-  explicit Scratch(int threads) : per_thread(static_cast<size_t>(threads)) {
-    for (auto& b : per_thread) b.resize(detail::kGemmScratchBytes);
+  Scratch(int threads, int t) : per_thread(static_cast<size_t>(threads)) {
+    for (auto& b : per_thread) b.resize(detail::gemm_scratch_bytes(t));
   }
 };
 
@@ -174,7 +174,7 @@ void gemm_multi(std::span<const MatvecJob> jobs, const PreparedBatch& a, ThreadP
   }
   const int64_t total = first_panel.back();
   if (total == 0) return;
-  Scratch scratch(pool.size());
+  Scratch scratch(pool.size(), a.t);
   const auto panel = isa == Isa::Avx512 ? detail::gemm_panel_avx512 : detail::gemm_panel_avx2;
   pool.parallel_for(total, [&](int64_t p, int thread) {
     const size_t j = static_cast<size_t>(std::upper_bound(first_panel.begin(), first_panel.end(), p) -

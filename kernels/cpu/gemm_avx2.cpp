@@ -134,8 +134,8 @@ __m256i lane_mask(int valid) {
 
 void gemm_panel_avx2(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
   const int rows = static_cast<int>(a.n_rows - r0 < kGemmPanelRows ? a.n_rows - r0 : kGemmPanelRows);
-  for (int i = 0; i < a.t; ++i)
-    std::memset(a.y + i * a.ldy + r0, 0, static_cast<size_t>(rows) * sizeof(float));
+  float* ybuf = reinterpret_cast<float*>(scratch + kGemmScratchBytes);  // [t][64], see gemm_scratch_bytes
+  std::memset(ybuf, 0, static_cast<size_t>(a.t) * kGemmPanelRows * sizeof(float));
   const int steps = a.block / 4;
   const int slab = static_cast<int>(kGemmSlabWeights / a.block);
   const int halves = a.faithful ? 2 : 1;
@@ -162,22 +162,24 @@ void gemm_panel_avx2(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
     }
     for (int vp = 0; vp < 4; ++vp) {
       if (rows <= 16 * vp) break;
-      const __m256i mask[2] = {lane_mask(rows - 16 * vp), lane_mask(rows - 16 * vp - 8)};
+      const __m256i mask[2] = {lane_mask(8), lane_mask(8)};  // ybuf has room for all 64 rows
       for (int lb = 0; lb < nb; ++lb) {
         const int64_t b = b0 + lb;
         const int8_t* qb = a.q + b * a.t * tok_stride;
         const uint8_t* cb = codes + static_cast<int64_t>(lb) * steps * 256 + 64 * vp;
         const float* db = d + lb * kGemmPanelRows + 16 * vp;
-        float* yb = a.y + r0 + 16 * vp;
+        float* yb = ybuf + 16 * vp;
         if (a.faithful)
           run_tiles<true>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
-                          yb, a.ldy, mask);
+                          yb, kGemmPanelRows, mask);
         else
           run_tiles<false>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
-                           yb, a.ldy, mask);
+                           yb, kGemmPanelRows, mask);
       }
     }
   }
+  for (int i = 0; i < a.t; ++i)
+    std::memcpy(a.y + i * a.ldy + r0, ybuf + i * kGemmPanelRows, static_cast<size_t>(rows) * sizeof(float));
 }
 
 }  // namespace bonsai::cpu::detail

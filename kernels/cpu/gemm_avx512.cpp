@@ -117,9 +117,9 @@ void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
               : cnt <= 0 ? __mmask16(0)
                          : static_cast<__mmask16>((1u << cnt) - 1);
   }
-  for (int i = 0; i < a.t; ++i)
-    for (int m = 0; m < 4; ++m)
-      _mm512_mask_storeu_ps(a.y + i * a.ldy + r0 + 16 * m, mask[m], _mm512_setzero_ps());
+  float* ybuf = reinterpret_cast<float*>(scratch + kGemmScratchBytes);  // [t][64]
+  for (int64_t i = 0; i < a.t * kGemmPanelRows; i += 16) _mm512_store_ps(ybuf + i, _mm512_setzero_ps());
+  const __mmask16 full[4] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
 
   const int steps = a.block / 4;
   const int slab = static_cast<int>(kGemmSlabWeights / a.block);
@@ -150,12 +150,16 @@ void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
       const float* db = d + lb * kGemmPanelRows;
       if (a.faithful)
         run_tiles<true>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
-                        a.y + r0, a.ldy, mask);
+                        ybuf, kGemmPanelRows, full);
       else
         run_tiles<false>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
-                         a.y + r0, a.ldy, mask);
+                         ybuf, kGemmPanelRows, full);
     }
   }
+  for (int i = 0; i < a.t; ++i)
+    for (int m = 0; m < 4; ++m)
+      _mm512_mask_storeu_ps(a.y + i * a.ldy + r0 + 16 * m, mask[m],
+                            _mm512_load_ps(ybuf + i * kGemmPanelRows + 16 * m));
 }
 
 }  // namespace bonsai::cpu::detail

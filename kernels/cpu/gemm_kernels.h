@@ -12,6 +12,13 @@ inline constexpr int kGemmPanelRows = 64;
 // or 8 of 64, i.e. 32 KB, about what L1 holds.
 inline constexpr int64_t kGemmSlabWeights = 512;
 inline constexpr size_t kGemmScratchBytes = 64 * 1024;
+// Per-thread scratch for a batch of t tokens: the decode buffers above plus
+// the panel's output accumulator [t][64] floats (contiguous, so the per-block
+// read-modify-write does not hit y's rows n floats apart — for n a multiple
+// of 1024 they all alias the same L1 sets).
+inline size_t gemm_scratch_bytes(int t) {
+  return kGemmScratchBytes + static_cast<size_t>(t) * kGemmPanelRows * 4;
+}
 
 struct GemmArgs {
   const uint8_t* w;   // weight rows in the file layout
@@ -33,7 +40,7 @@ struct GemmArgs {
 };
 
 // Rows [r0, min(r0 + 64, n_rows)) of y for every token; scratch holds
-// kGemmScratchBytes, 64-byte aligned.
+// gemm_scratch_bytes(t), 64-byte aligned.
 void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch);
 void gemm_panel_avx2(const GemmArgs& a, int64_t r0, uint8_t* scratch);
 
