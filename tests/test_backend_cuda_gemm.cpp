@@ -117,7 +117,8 @@ TEST_F(CudaGemm, EveryTernaryFormatMatchesReference) {
     int64_t n, k;
   };
   for (DType type : {DType::PQ2_0, DType::PTQ1_0, DType::Q2_0_G128, DType::Q2_0_G64})
-    for (const Shape sh : {Shape{77, 384}, Shape{200, 640}}) {  // partial tiles, partial row blocks
+    // partial tiles and row blocks; 2048 columns: few blocks, so the k-blocks are split (split-K)
+    for (const Shape sh : {Shape{77, 384}, Shape{200, 640}, Shape{200, 2048}}) {
       TernaryWeight h = make_ternary(type, sh.n, sh.k, 7 + static_cast<uint32_t>(sh.n));
       be_->prepare(h.w);
       // odd counts, one full token block, and counts crossing token blocks
@@ -139,7 +140,7 @@ TEST_F(CudaGemm, EveryTernaryFormatMatchesReference) {
 // token by token, with the single-token matvec: both compute the same exact integer per
 // block and differ only in the order of the float sums (a few roundings of Σ|W x|).
 TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
-  const int64_t k = 512;
+  const int64_t k = 2048;  // 16 k-blocks: split over blockIdx.z (few row blocks)
   const int t = 29;
   TernaryWeight a = make_ternary(DType::PQ2_0, 40, k, 1), b = make_ternary(DType::PQ2_0, 300, k, 2),
                 c = make_ternary(DType::Q2_0_G128, 33, k, 3), d = make_ternary(DType::Q2_0_G64, 130, k, 4);

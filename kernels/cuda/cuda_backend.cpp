@@ -315,7 +315,11 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
     if (tiled.count == 0) return;
     m.quantized(x, t, k);
     if (t >= cuda::kGemmMinTokens) {  // prefill: each weight tile decoded once per 64 tokens
-      cuda::gemm_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, m.stream);
+      const int sms = m.prop.multiProcessorCount;
+      // split-K partial sums (the matvec's scratch: the two never run at the same time)
+      m.grow(m.mv_partial, cuda::gemm_tiled_scratch(tiled, t, k, sms) * sizeof(float), "gemm partial sums");
+      cuda::gemm_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, sms,
+                       m.mv_partial.as<float>(), m.stream);
       check_launch("gemm (tiled)");
       tiled.count = 0;
       return;

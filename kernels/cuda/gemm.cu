@@ -15,6 +15,9 @@
 // M + Σ is the float M + Σ (|Σ| <= 3·128·128 < 2^22): two FADDs instead of two
 // quarter-rate I2F. T = 256·Σc·hi + Σc·lo − Σq is then formed by one FMA, exactly
 // (|T| <= 2·128·32639 < 2^24), and added as T·(d·s) like the matvec does.
+#include <algorithm>
+#include <cstdlib>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/tile_layout.h"
@@ -38,8 +41,11 @@ struct GemmSmem {
 };
 
 struct GemmPlan {
-  int block_start[kMaxJobs + 1] = {};  // first row block of each job
-  int tiles[kMaxJobs] = {};            // tiles stored per job (whole row groups)
+  int block_start[kMaxJobs + 1] = {};    // first row block of each job
+  int tiles[kMaxJobs] = {};              // tiles stored per job (whole row groups)
+  int64_t out_start[kMaxJobs + 1] = {};  // split-K: offset of job j's [t][n_j] in a partial slice
+  int kb_per_split = 0;                  // k-blocks per blockIdx.z
+  float* partial = nullptr;              // [splits][out_start[count]] when gridDim.z > 1
 };
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
@@ -64,8 +70,9 @@ __device__ __forceinline__ void mma_u8s8(int (&d)[4], const int (&c)[4], const u
 constexpr int kMagicBits = 0x4B400000;  // 1.5·2^23 as float
 constexpr float kMagic = 12582912.0f;
 
-template <int G>
-__global__ void __launch_bounds__(kThreads, 1)
+// OCC: blocks per SM the registers are capped for (1: no spills; 2: twice the warps).
+template <int G, int OCC>
+__global__ void __launch_bounds__(kThreads, OCC)
     gemm_tiled_kernel(TiledJobs jobs, GemmPlan plan, const uint8_t* __restrict__ xq,
                       const float4* __restrict__ meta, int t, int kblocks) {
   using S = GemmSmem<G>;
@@ -79,13 +86,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The job of this row block; fields picked with constant indices (no local copy of `jobs`).
   TiledJob job = jobs.job[0];
   int tiles = plan.tiles[0], bstart = 0;
+  int64_t out0 = 0;
 #pragma unroll
   for (int i = 1; i < kMaxJobs; ++i)
     if (i < jobs.count && rb >= plan.block_start[i]) {
       job = jobs.job[i];
       tiles = plan.tiles[i];
       bstart = plan.block_start[i];
+      out0 = plan.out_start[i];
     }
+  const int kb0 = blockIdx.z * plan.kb_per_split, kb1 = min(kblocks, kb0 + plan.kb_per_split);
   const int tile0 = (rb - bstart) * kBlockTiles;
   const size_t tile_stride = static_cast<size_t>(kblocks) * S::kCB;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -121,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();  // the activation is the previous kernel's output
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kblocks) load_stage(s, s);
+    if (kb0 + s < kb1) load_stage(kb0 + s, s);
     cp_commit();
   }
 
@@ -134,12 +144,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) acc[i][jn][e] = 0.0f;
   const int magic[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
 
-  for (int kb = 0; kb < kblocks; ++kb) {
+  for (int kb = kb0; kb < kb1; ++kb) {
     cp_wait<kStages - 2>();
     __syncthreads();  // stage kb is visible to all; the slot refilled below was consumed by everyone
-    if (kb + kStages - 1 < kblocks) load_stage(kb + kStages - 1, (kb + kStages - 1) % kStages);
+    if (kb + kStages - 1 < kb1) load_stage(kb + kStages - 1, (kb - kb0 + kStages - 1) % kStages);
     cp_commit();
-    const uint8_t* st = smem + (kb % kStages) * S::kStage;
+    const uint8_t* st = smem + ((kb - kb0) % kStages) * S::kStage;
     if (!active) continue;  // all 16 of this warp's tokens are past t
 
     // B fragments: token column g of each n tile, hi and lo words of all four k-steps.
@@ -212,6 +222,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   cp_wait<0>();
 
+  // One k-range: y directly; several: this range's slice of the partial sums (gemm_reduce).
+  float* out = job.y;
+  if (gridDim.z > 1) out = plan.partial + blockIdx.z * plan.out_start[kMaxJobs] + out0;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -220,37 +233,98 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) {
         const int row = (tile0 + wm * 4 + i) * kTileRows + g + 8 * (e >> 1);
         const int tok = tok0 + wn * 16 + jn * 8 + 2 * tig + (e & 1);
-        if (row < job.n && tok < t) job.y[static_cast<size_t>(tok) * job.n + row] = acc[i][jn][e];
+        if (row < job.n && tok < t) out[static_cast<size_t>(tok) * job.n + row] = acc[i][jn][e];
       }
 }
 
-template <int G>
-void run_gemm(const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t, int kblocks,
-              cudaStream_t s) {
+// y_j = Σ_z partial[z] in order z = 0, 1, ... (deterministic); thread per output element.
+__global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t total = plan.out_start[kMaxJobs];
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  float* y = jobs.job[0].y;
+  int64_t off = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxJobs; ++i)
+    if (i < jobs.count && idx >= plan.out_start[i]) {
+      y = jobs.job[i].y;
+      off = plan.out_start[i];
+    }
+  float sum = 0.0f;
+  for (int z = 0; z < splits; ++z) sum += __ldcg(plan.partial + z * total + idx);
+  y[idx - off] = sum;  // y_j is [t][n_j], the slice's layout
+}
+
+GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
   GemmPlan plan;
   int blocks = 0;
+  int64_t out = 0;
   for (int j = 0; j < jobs.count; ++j) {
     plan.block_start[j] = blocks;
+    plan.out_start[j] = out;
     plan.tiles[j] = static_cast<int>(tiled_pairs(jobs.job[j].n) * kWarpTiles);
     blocks += (plan.tiles[j] + kBlockTiles - 1) / kBlockTiles;
+    out += static_cast<int64_t>(t) * jobs.job[j].n;
   }
-  plan.block_start[jobs.count] = blocks;
-  for (int j = jobs.count + 1; j <= kMaxJobs; ++j) plan.block_start[j] = blocks;
-  cudaFuncSetAttribute(gemm_tiled_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  for (int j = jobs.count; j <= kMaxJobs; ++j) {
+    plan.block_start[j] = blocks;
+    plan.out_start[j] = out;
+  }
+  // Few blocks (few tokens, short outputs): split the k-blocks so that about two blocks per
+  // SM run, each range at least 4 k-blocks long.
+  const int grid = blocks * ((t + kGemmTokens - 1) / kGemmTokens);
+  int splits = std::clamp((2 * sm_count + grid - 1) / grid, 1, std::max(1, kblocks / 4));
+  plan.kb_per_split = (kblocks + splits - 1) / splits;
+  return plan;
+}
+
+int gemm_splits(const GemmPlan& p, int kblocks) { return (kblocks + p.kb_per_split - 1) / p.kb_per_split; }
+
+int gemm_occupancy() {
+  static const int occ = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_OCC");
+    return e && std::atoi(e) == 2 ? 2 : 1;
+  }();
+  return occ;
+}
+
+template <int G, int OCC>
+void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t, int kblocks,
+              float* partial, cudaStream_t s) {
+  const int splits = gemm_splits(plan, kblocks);
+  if (splits > 1) plan.partial = partial;
+  int blocks = plan.block_start[kMaxJobs];
+  cudaFuncSetAttribute(gemm_tiled_kernel<G, OCC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        GemmSmem<G>::kBytes);
-  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens), static_cast<unsigned>(blocks));
-  launch(gemm_tiled_kernel<G>, grid, kThreads, GemmSmem<G>::kBytes, s, jobs, plan, xq, meta, t, kblocks);
+  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens), static_cast<unsigned>(blocks),
+                  static_cast<unsigned>(splits));
+  launch(gemm_tiled_kernel<G, OCC>, grid, kThreads, GemmSmem<G>::kBytes, s, jobs, plan, xq, meta, t, kblocks);
+  if (splits > 1)
+    launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
 }  // namespace
 
-void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                cudaStream_t s) {
+size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
   const int kblocks = static_cast<int>(k / kBlockK);
+  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count);
+  const int splits = gemm_splits(p, kblocks);
+  return splits > 1 ? static_cast<size_t>(splits) * p.out_start[kMaxJobs] : 0;
+}
+
+void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
+                int sm_count, float* partial, cudaStream_t s) {
+  const int kblocks = static_cast<int>(k / kBlockK);
+  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count);
+  const bool occ2 = gemm_occupancy() == 2;
   if (groups == 2)
-    run_gemm<2>(jobs, xq, meta, t, kblocks, s);
+    run_gemm<2, 1>(p, jobs, xq, meta, t, kblocks, partial, s);  // (64-column groups: more registers)
+  else if (occ2)
+    run_gemm<1, 2>(p, jobs, xq, meta, t, kblocks, partial, s);
   else
-    run_gemm<1>(jobs, xq, meta, t, kblocks, s);
+    run_gemm<1, 1>(p, jobs, xq, meta, t, kblocks, partial, s);
 }
 
 }  // namespace bonsai::cuda

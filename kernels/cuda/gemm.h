@@ -17,8 +17,12 @@ inline constexpr int kGemmTokens = 64;  // tokens per block
 // Below this many tokens the matvec (weights streamed once per 4 tokens) is as fast.
 inline constexpr int kGemmMinTokens = 12;
 
-// jobs: same k and scale grouping (groups 1 or 2); xq/meta: quantize_act of x [t][k].
+// Floats of split-K partial sums gemm_tiled needs for these jobs (0: none).
+size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count);
+// jobs: same k and scale grouping (groups 1 or 2); xq/meta: quantize_act of x [t][k]. With
+// few row blocks x token blocks the k-blocks are split over blockIdx.z; the ranges' sums go
+// to `partial` (gemm_tiled_scratch floats) and are added in a fixed order by a second launch.
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                cudaStream_t s);
+                int sm_count, float* partial, cudaStream_t s);
 
 }  // namespace bonsai::cuda
