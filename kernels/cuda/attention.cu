@@ -1,8 +1,8 @@
 // Causal GQA attention over the f32 KV cache, flash-decoding style: the
 // positions of each (token, KV head) are cut into `splits` ranges, each block
 // computes an online-softmax partial (max, sum, weighted V) for the query heads
-// that share that KV head, and the last split to finish merges the partials (and applies
-// the output gate of the attention site).
+// that share that KV head, and a second kernel merges the partials (and applies the output
+// gate of the attention site).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -12,16 +12,13 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxE = 8;      // head_dim / 32 <= 8
 constexpr int kMaxGroup = 8;  // query heads per KV head
-constexpr int kMaxSplits = 32;
 
 // grid (n_head_kv, splits, t). Warp w takes positions p0 + w, p0 + w + 4, ...; lane holds
 // dims lane + 32e. The warps' partials are merged in shared memory into one per split.
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
-                           int n_head, int n_head_kv, int head_dim, float scale,
-                           const float* __restrict__ gate, int64_t gate_stride, float* __restrict__ out,
-                           int* __restrict__ counters) {
+                           int n_head, int n_head_kv, int head_dim, float scale) {
   pdl_trigger();
   pdl_wait();
   __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
@@ -102,45 +99,36 @@ __global__ void __launch_bounds__(kWarps * 32)
       pr[1] = sum_l;
     }
   }
-  // The last split of this (token, KV head) to finish merges all of them, in split order
-  // (deterministic), and leaves the counter at zero for the next launch. The fence before the
-  // count publishes this block's partials; the last block reads the others' through L2 (__ldcg).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* c = counters + static_cast<int64_t>(i) * n_head_kv + hk;
-    last = atomicAdd(c, 1) == splits - 1;
-    if (last) *c = 0;
+}
+
+// Block per (token, head), thread per dim: the splits merged, times the output gate
+// sigmoid(gate) when given (the attention site). Warp 0 turns the splits' maxima into
+// weights first (splits <= 32), so each thread's loop over the splits is loads and FMAs
+// only, all in flight together.
+__global__ void attention_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int splits,
+                                       int head_dim, const float* __restrict__ gate, int64_t gate_stride) {
+  __shared__ float fac[32], inv_den;
+  pdl_trigger();
+  pdl_wait();
+  const int64_t th = blockIdx.x;  // token * n_head + head
+  const int row = head_dim + 2;
+  const float* pr = part + th * splits * row;
+  if (threadIdx.x < 32) {
+    const int sp = threadIdx.x;
+    const float m = sp < splits ? pr[sp * row] : -INFINITY;
+    const float mx = warp_max(m);
+    const float f = m == -INFINITY ? 0.0f : expf(m - mx);  // 0 for an empty split
+    const float den = warp_sum(sp < splits ? f * pr[sp * row + 1] : 0.0f);
+    fac[sp] = f;
+    if (sp == 0) inv_den = 1.0f / den;
   }
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  __shared__ float fac[kMaxGroup][kMaxSplits], den_all[kMaxGroup];
-  const int64_t th0 = static_cast<int64_t>(i) * n_head + hk * group;  // first head of the group
-  if (threadIdx.x < group) {  // thread per head: the splits' weights exp(m_s - max m)
-    const int hh = threadIdx.x;
-    const float* pr = part + (th0 + hh) * splits * row;
-    float m_all = -INFINITY;
-    for (int sp = 0; sp < splits; ++sp) m_all = fmaxf(m_all, __ldcg(pr + sp * row));
-    float den = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) {
-      const float m = __ldcg(pr + sp * row);
-      const float f = m == -INFINITY ? 0.0f : expf(m - m_all);  // 0 for an empty split
-      fac[hh][sp] = f;
-      den += f * __ldcg(pr + sp * row + 1);
-    }
-    den_all[hh] = den;
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
-    const int hh = idx / head_dim, d = idx % head_dim;
-    const float* pr = part + (th0 + hh) * splits * row + 2 + d;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float num = 0.0f;
-    for (int sp = 0; sp < splits; ++sp)
-      if (fac[hh][sp] != 0.0f) num += fac[hh][sp] * __ldcg(pr + sp * row);
-    const float o = num / den_all[hh];
-    out[(th0 + hh) * head_dim + d] = gate ? o * sigmoid(gate[(th0 + hh) * gate_stride + d]) : o;
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp) num += fac[sp] * pr[sp * row + 2 + d];
+    const float o = num * inv_den;
+    out[th * head_dim + d] = gate ? o * sigmoid(gate[th * gate_stride + d]) : o;
   }
 }
 
@@ -187,11 +175,13 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev) 
 
 }  // namespace
 
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part,
-               int* counters, int t, int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv,
-               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
+               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+               const float* gate, int64_t gate_stride, cudaStream_t s) {
   launch(attention_split_kernel, dim3(n_head_kv, splits, t), kWarps * 32, 0, s, q, k_cache, v_cache, part,
-         pos0, pos_dev, n_head, n_head_kv, head_dim, scale, gate, gate_stride, out, counters);
+         pos0, pos_dev, n_head, n_head_kv, head_dim, scale);
+  launch(attention_merge_kernel, static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part,
+         out, splits, head_dim, gate, gate_stride);
 }
 
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s) {

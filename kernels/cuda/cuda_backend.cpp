@@ -483,14 +483,13 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
   }
   grow(part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
        "attention partials");
-  int* cnt = counters(attn_counters, static_cast<size_t>(t) * s.n_head_kv, "attention counters");
-  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), cnt, t, pos0, pos_dev(), splits, s.n_head,
+  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
                   s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
   check_launch("attention");
   wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
 }
 
-// Two launches: q/k norms + RoPE + the KV store, then attention with the gate in its merge.
+// Three launches: q/k norms + RoPE + the KV store, then attention (split, and merge with the gate).
 void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   impl_->flush();
   Impl& m = *impl_;

@@ -121,8 +121,7 @@ struct CudaBackend::Impl {
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads
-  // last-block hand-offs of attention and of the GDN site's conv state (kept zero)
-  Growable attn_counters, gdn_counters;
+  Growable gdn_counters;  // last-block hand-off of the GDN site's conv state (kept zero)
   PinnedPtr step_host;
   DevicePtr step_mem;
 

@@ -118,14 +118,40 @@ __device__ __forceinline__ float raw_at(const uint8_t* row, int64_t c, RawType t
   return __uint_as_float(static_cast<uint32_t>(b) << 16);  // BF16
 }
 
+// Sums of two values over the whole block (blockDim.x a multiple of 32); one barrier pair.
+__device__ __forceinline__ float2 block_sum2(float a, float b) {
+  __shared__ float2 scratch2[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  a = warp_sum(a);
+  b = warp_sum(b);
+  __syncthreads();
+  if (lane == 0) scratch2[warp] = make_float2(a, b);
+  __syncthreads();
+  float2 total = make_float2(0.0f, 0.0f);
+  for (int w = 0; w < nwarps; ++w) {
+    total.x += scratch2[w].x;
+    total.y += scratch2[w].y;
+  }
+  return total;
+}
+
+constexpr int kAbTokens = 4;  // the most tokens whose alpha/beta rows the kernel computes itself
+
 // The whole per-token GDN core in one launch, block per value head h with all d_v columns:
 // warp w holds rows 32·(w % RG) .. +31 of column 32·(w / RG) + lane (RG = d_k/32). Optional
-// parts, each the same arithmetic as its separate op: the gates from alpha/beta_in
-// (gdn_gates), the gated RMSNorm of the head's output (gated_rmsnorm), and writing head h
-// at its grouped position (transpose_heads with a = n_v/n_k, b = n_k).
+// parts, each the same arithmetic as its separate op up to summation order: the conv (from
+// qkv), the alpha/beta rows and the gates (alpha_w) or the gates alone (alpha), the gated
+// RMSNorm of the head's output (gated_rmsnorm), and writing head h at its grouped position
+// (transpose_heads with a = n_v/n_k, b = n_k).
+//
+// Latency is what counts at t = 1 (48 blocks on 132 SMs), so every independent load is
+// issued before the first barrier, the next token's inputs are loaded while the current one
+// is processed, and a token needs one cross-warp reduction: with s' = decay·s,
+// o = Σ_a (s' + k δ) q = Σ s'q + δ (k·q), so s'k, s'q and k·q are reduced together.
 __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
-  extern __shared__ float sm[];  // qn[d_k], kn[d_k], red[RG][d_v], then gates decay[t], b[t] (alpha_w)
-  __shared__ float scal[2];
+  // qn[d_k], kn[d_k], red[3][RG][d_v] (s'k | s'q | k·q partials), then gates decay[t], b[t]
+  extern __shared__ float sm[];
+  __shared__ float scal[2], ab_part[16][2 * kAbTokens];
   __shared__ bool conv_last;
   pdl_trigger();
   pdl_wait();
@@ -133,139 +159,168 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   float* qn = sm;
   float* kn = sm + d_k;
   float* red = sm + 2 * d_k;
-  const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* gate_decay = red + 3 * RG * d_v;  // [t] when alpha_w
+  float* gate_b = gate_decay + p.t;
+  const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
   const int rg = warp % RG, col = (warp / RG) * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(d_k));
   float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
   const int rep = p.n_v / p.n_k;
   const int out_head = p.transpose ? (h % p.n_k) * rep + h / p.n_k : h;
+  const bool conv_in = p.qkv != nullptr, qk_thread = tid < d_k;
+  const int64_t ch_q = hk * d_k + tid, ch_k = qk + hk * d_k + tid,
+                ch_v = 2 * qk + static_cast<int64_t>(h) * d_v + col;
 
+  // ---- every independent load first ----
   float s[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
-
-  float* gate_decay = red + RG * d_v;  // [t] when alpha_w
-  float* gate_b = gate_decay + p.t;
-  if (p.alpha_w) {  // ssm_alpha / ssm_beta rows h over the normed input, then gdn_gates
-    const uint8_t* wa = p.alpha_w + static_cast<size_t>(h) * p.ab_row_bytes;
-    const uint8_t* wb = p.beta_w + static_cast<size_t>(h) * p.ab_row_bytes;
-    for (int i = 0; i < p.t; ++i) {
-      const float* x = p.normed + static_cast<int64_t>(i) * p.ab_k;
-      float sa = 0.0f, sb = 0.0f;
-      for (int c = tid; c < p.ab_k; c += blockDim.x) {
-        const float xv = x[c];
-        sa += xv * raw_at(wa, c, p.ab_type);
-        sb += xv * raw_at(wb, c, p.ab_type);
-      }
-      sa = block_sum(sa);
-      sb = block_sum(sb);
-      if (tid == 0) {
-        gate_decay[i] = expf(p.ssm_a[h] * softplus(sa + p.dt_bias[h]));
-        gate_b[i] = sigmoid(sb);
-      }
-    }
-  }
-
-  // The conv windows: q and k channels of key head hk (threads < d_k), v channel `col`.
-  const bool conv_in = p.qkv != nullptr;
   ConvChannel cq, ck, cv;
-  const int64_t ch_q = hk * d_k + tid, ch_k = qk + hk * d_k + tid,
-                ch_v = 2 * qk + static_cast<int64_t>(h) * d_v + col;
   if (conv_in) {
-    if (tid < d_k) {
+    if (qk_thread) {
       cq.load(p.conv_state, p.conv_w, ch_q, width, p.taps);
       ck.load(p.conv_state, p.conv_w, ch_k, width, p.taps);
     }
     cv.load(p.conv_state, p.conv_w, ch_v, width, p.taps);
-    // Every value head of key head hk has read the q/k state once `rep` blocks have counted
-    // themselves: the last one writes the new state (the fence orders this block's reads
-    // before its count).
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      conv_last = atomicAdd(p.conv_counters + hk, 1) == rep - 1;
-      if (conv_last) p.conv_counters[hk] = 0;
+  }
+  // token i's mixer inputs: conv inputs (conv_in) or conv outputs
+  auto load_in = [&](int i, float& a, float& b, float& c) {
+    const float* xi = (conv_in ? p.qkv : p.conv) + static_cast<int64_t>(i) * width;
+    a = qk_thread ? xi[ch_q] : 0.0f;
+    b = qk_thread ? xi[ch_k] : 0.0f;
+    c = xi[ch_v];
+  };
+  float in_q, in_k, in_v;
+  load_in(0, in_q, in_k, in_v);
+  if (p.alpha_w) {  // ssm_alpha / ssm_beta rows h over the normed input (t <= kAbTokens)
+    const uint8_t* wa = p.alpha_w + static_cast<size_t>(h) * p.ab_row_bytes;
+    const uint8_t* wb = p.beta_w + static_cast<size_t>(h) * p.ab_row_bytes;
+    float pa[kAbTokens] = {}, pb[kAbTokens] = {};
+    auto dot = [&](auto at) {
+#pragma unroll 4
+      for (int c = tid; c < p.ab_k; c += blockDim.x) {
+        const float a = at(wa, c), b = at(wb, c);
+#pragma unroll
+        for (int i = 0; i < kAbTokens; ++i) {
+          if (i >= p.t) break;
+          const float xv = p.normed[static_cast<int64_t>(i) * p.ab_k + c];
+          pa[i] += xv * a;
+          pb[i] += xv * b;
+        }
+      }
+    };
+    if (p.ab_type == RawType::F32)
+      dot([](const uint8_t* r, int c) { return raw_at(r, c, RawType::F32); });
+    else if (p.ab_type == RawType::F16)
+      dot([](const uint8_t* r, int c) { return raw_at(r, c, RawType::F16); });
+    else
+      dot([](const uint8_t* r, int c) { return raw_at(r, c, RawType::BF16); });
+#pragma unroll
+    for (int i = 0; i < kAbTokens; ++i) {
+      const float a = warp_sum(pa[i]), b = warp_sum(pb[i]);
+      if (lane == 0) {
+        ab_part[warp][2 * i] = a;
+        ab_part[warp][2 * i + 1] = b;
+      }
     }
   }
+  // Every value head of key head hk has read the shared q/k conv state once `rep` blocks
+  // have counted themselves: the last one writes the new state at the end (the fence
+  // orders this thread's state reads before the count).
+  if (conv_in && qk_thread) __threadfence();
   __syncthreads();
+  if (conv_in && tid == 0) {
+    conv_last = atomicAdd(p.conv_counters + hk, 1) == rep - 1;
+    if (conv_last) p.conv_counters[hk] = 0;
+  }
+  if (p.alpha_w && tid < p.t) {  // thread i: token i's gates (read after the loop's first barrier)
+    float a = 0.0f, b = 0.0f;
+    for (int w = 0; w < nwarps; ++w) {
+      a += ab_part[w][2 * tid];
+      b += ab_part[w][2 * tid + 1];
+    }
+    gate_decay[tid] = expf(p.ssm_a[h] * softplus(a + p.dt_bias[h]));
+    gate_b[tid] = sigmoid(b);
+  }
 
   for (int i = 0; i < p.t; ++i) {
     const int64_t ih = static_cast<int64_t>(i) * p.n_v + h;
-    float qv = 0.0f, kv = 0.0f, v;
-    if (conv_in) {
-      const float* xi = p.qkv + static_cast<int64_t>(i) * width;
-      if (tid < d_k) {
-        qv = cq.step(xi[ch_q], p.taps);
-        kv = ck.step(xi[ch_k], p.taps);
-      }
-      v = cv.step(xi[ch_v], p.taps);
-    } else {
-      const float* ci = p.conv + static_cast<int64_t>(i) * width;
-      if (tid < d_k) {
-        qv = ci[hk * d_k + tid];
-        kv = ci[qk + hk * d_k + tid];
-      }
-      v = ci[2 * qk + static_cast<int64_t>(h) * d_v + col];
+    // loads for later in this token and for the next one, in flight during the reductions
+    float nq = 0.0f, nk = 0.0f, nv = 0.0f;
+    if (i + 1 < p.t) load_in(i + 1, nq, nk, nv);
+    const float z = p.norm_w && rg == 0 ? p.z[ih * d_v + col] : 0.0f;
+    float ga = 0.0f, gb = 0.0f;
+    if (!p.alpha_w) {
+      ga = p.alpha ? p.alpha[ih] : p.g[ih];
+      gb = p.alpha ? p.beta_in[ih] : p.beta[ih];
     }
+    float qv = in_q, kv = in_k, v = in_v;
+    if (conv_in) {
+      if (qk_thread) {
+        qv = cq.step(in_q, p.taps);
+        kv = ck.step(in_k, p.taps);
+      }
+      v = cv.step(in_v, p.taps);
+    }
+    const float2 ss = block_sum2(qv * qv, kv * kv);
+    if (qk_thread) {
+      qn[tid] = qv * (q_scale / fmaxf(sqrtf(ss.x), p.eps));
+      kn[tid] = kv * (1.0f / fmaxf(sqrtf(ss.y), p.eps));
+    }
+    __syncthreads();
     float decay, b;
     if (p.alpha_w) {
       decay = gate_decay[i];
       b = gate_b[i];
     } else if (p.alpha) {  // gdn_gates in place
-      decay = expf(p.ssm_a[h] * softplus(p.alpha[ih] + p.dt_bias[h]));
-      b = sigmoid(p.beta_in[ih]);
+      decay = expf(p.ssm_a[h] * softplus(ga + p.dt_bias[h]));
+      b = sigmoid(gb);
     } else {
-      decay = expf(p.g[ih]);
-      b = p.beta[ih];
+      decay = expf(ga);
+      b = gb;
     }
-    const float ssq = block_sum(qv * qv), ssk = block_sum(kv * kv);
-    if (tid < d_k) {
-      qn[tid] = qv * (q_scale / fmaxf(sqrtf(ssq), p.eps));
-      kn[tid] = kv * (1.0f / fmaxf(sqrtf(ssk), p.eps));
-    }
-    __syncthreads();
-    float part = 0.0f;
+    float pk = 0.0f, pq = 0.0f, kq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       s[j] *= decay;
-      part += s[j] * kn[rg * 32 + j];
+      pk += s[j] * kn[rg * 32 + j];
+      pq += s[j] * qn[rg * 32 + j];
+      kq += kn[rg * 32 + j] * qn[rg * 32 + j];
     }
-    red[rg * d_v + col] = part;
+    red[rg * d_v + col] = pk;
+    red[(RG + rg) * d_v + col] = pq;
+    red[(2 * RG + rg) * d_v + col] = kq;
     __syncthreads();
-    float kvb = 0.0f;
-    for (int r = 0; r < RG; ++r) kvb += red[r * d_v + col];
+    float kvb = 0.0f, sq = 0.0f, kq_all = 0.0f;
+    for (int r = 0; r < RG; ++r) {
+      kvb += red[r * d_v + col];
+      sq += red[(RG + r) * d_v + col];
+      kq_all += red[(2 * RG + r) * d_v + col];
+    }
     const float delta = b * (v - kvb);
-    __syncthreads();  // red is reused below
-    part = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      s[j] += kn[rg * 32 + j] * delta;
-      part += s[j] * qn[rg * 32 + j];
-    }
-    red[rg * d_v + col] = part;
-    __syncthreads();
-    float o = 0.0f;
-    if (rg == 0)
-      for (int r = 0; r < RG; ++r) o += red[r * d_v + col];
-    if (p.norm_w) {  // gated_rmsnorm over the head's d_v outputs (rg == 0 threads hold them)
-      const float ss = block_sum(rg == 0 ? o * o : 0.0f);
-      if (tid == 0) scal[0] = 1.0f / sqrtf(ss / static_cast<float>(d_v) + p.norm_eps);
+    for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
+    const float o = sq + delta * kq_all;
+    if (p.norm_w) {  // gated_rmsnorm over the head's d_v outputs (the rg == 0 threads)
+      const float ss_o = block_sum(rg == 0 ? o * o : 0.0f);
+      if (tid == 0) scal[0] = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
       __syncthreads();
-      if (rg == 0) {
-        const float z = p.z[ih * d_v + col];
+      if (rg == 0)
         p.out[(static_cast<int64_t>(i) * p.n_v + out_head) * d_v + col] =
             o * scal[0] * p.norm_w[col] * silu(z);
-      }
     } else if (rg == 0) {
       p.out[ih * d_v + col] = o;
     }
-    __syncthreads();  // qn, kn, red and scal are rewritten by the next token
+    in_q = nq;
+    in_k = nk;
+    in_v = nv;
+    if (i + 1 < p.t) __syncthreads();  // qn, kn, red and scal are rewritten by the next token
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
   if (conv_in) {
-    if (conv_last && tid < d_k) {
+    if (conv_last && qk_thread) {
       cq.store(p.conv_state, ch_q, width, p.taps);
       ck.store(p.conv_state, ch_k, width, p.taps);
     }
@@ -288,7 +343,7 @@ namespace bonsai::cuda {
 
 void gdn_fused(const GdnFused& p, cudaStream_t s) {
   const int threads = (p.d_k / 32) * p.d_v;
-  const size_t smem = (2 * p.d_k + (p.d_k / 32) * p.d_v + (p.alpha_w ? 2 * p.t : 0)) * sizeof(float);
+  const size_t smem = (2 * p.d_k + 3 * (p.d_k / 32) * p.d_v + (p.alpha_w ? 2 * p.t : 0)) * sizeof(float);
   launch(gdn_fused_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
 }
 

@@ -91,14 +91,13 @@ void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int 
           cudaStream_t s);
 void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
                 cudaStream_t s);
-// Split-K attention in one launch: `splits` (<= 32) partial softmaxes per (token, head) in
-// `part` ([t][n_head][splits][head_dim + 2]); the last split of each (token, KV head) merges
-// them into out, times sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is
-// given. counters: [t][n_head_kv] ints, zero-initialised, left zero. head_dim % 32 == 0,
-// <= 256; n_head / n_head_kv <= 8.
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part,
-               int* counters, int t, int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv,
-               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
+// Split-K attention: `splits` partial softmaxes per (token, head) in `part`
+// ([t][n_head][splits][head_dim + 2]), then merged into out, times
+// sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is given. splits <= 32.
+// head_dim % 32 == 0, <= 256; n_head / n_head_kv <= 8.
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
+               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+               const float* gate, int64_t gate_stride, cudaStream_t s);
 // The attention site before attention(): q [t][n_head][d] = RoPE(rmsnorm(query)·q_norm) from
 // qf [t][n_head][2][d]; k likewise from k [t][n_head_kv][d] (k_norm) into k_cache rows
 // pos..pos+t-1; v copied into v_cache. head_dim % 32 == 0, <= 1024; n_rot <= head_dim.

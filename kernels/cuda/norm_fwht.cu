@@ -76,6 +76,34 @@ __device__ __forceinline__ float4 scale4(float4 a, float s) {
 
 constexpr int kMaxVec = 2;  // float4s per thread: blocks up to 8192 with 1024 threads
 
+// FWHT of one Hadamard block held as one float4 per thread (elements 4·tid .. 4·tid+3,
+// blockDim.x == block/4), stage by stage in the reference's order h = 1, 2, 4, ...:
+// bit-identical to fwht_shared. h = 1, 2 inside the thread, h = 4 .. 64 across lanes
+// (shuffles), h >= 128 across warps through `buf` (2·block floats: two buffers alternate,
+// so each of those stages needs a single barrier). The caller's previous use of buf must be
+// fenced by a barrier; the result stays in registers.
+__device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block) {
+  const float a0 = v.x + v.y, a1 = v.x - v.y, a2 = v.z + v.w, a3 = v.z - v.w;
+  v = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
+  const int lane = threadIdx.x & 31;
+  for (int m = 1; m < 32 && 4 * m < block; m <<= 1) {
+    const float4 o = make_float4(__shfl_xor_sync(kFullMask, v.x, m), __shfl_xor_sync(kFullMask, v.y, m),
+                                 __shfl_xor_sync(kFullMask, v.z, m), __shfl_xor_sync(kFullMask, v.w, m));
+    v = lane & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
+                 : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
+  }
+  int par = 0;
+  for (int m = 32; 4 * m < block; m <<= 1, par ^= 1) {
+    float* b = buf + par * block;
+    *reinterpret_cast<float4*>(b + 4 * threadIdx.x) = v;
+    __syncthreads();
+    const float4 o = *reinterpret_cast<const float4*>(b + 4 * (threadIdx.x ^ m));
+    v = threadIdx.x & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
+                        : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
+  }
+  return v;
+}
+
 // Block per (row, Hadamard block); thread i holds float4s i, i + blockDim, ... of the block,
 // all loaded in one round trip. The reference's butterfly order (bit-identical to
 // kernels/ref/fwht.cpp), then the optional quantization. With `up`, the input is
@@ -88,6 +116,25 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
   pdl_wait();
   const int64_t off = blockIdx.x * k + static_cast<int64_t>(blockIdx.y) * block;
   const int b0 = blockIdx.y * block;
+  if (4 * static_cast<int>(blockDim.x) == block) {  // one float4 per thread: FWHT in registers
+    const int i = 4 * threadIdx.x;
+    float4 v1 = ld4(x + off + i);
+    const float4 sg1 = signs ? ld4(signs + b0 + i) : make_float4(1, 1, 1, 1);
+    if (up) {
+      const float4 u1 = ld4(up + off + i);
+      v1 = make_float4(silu(v1.x) * u1.x, silu(v1.y) * u1.y, silu(v1.z) * u1.z, silu(v1.w) * u1.w);
+      st4(act + off + i, v1);
+    }
+    float4 o = fwht_regs(!inverse && signs ? mul4(v1, sg1) : v1, buf, block);
+    o = scale4(o, 1.0f / sqrtf(static_cast<float>(block)));
+    if (inverse && signs) o = mul4(o, sg1);
+    st4(y + off + i, o);
+    // warp w holds the 128 columns of activation block (off + 128 w) / 128, lane its 4·lane..
+    if (xq)
+      quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((off + i) / kBlockK) * kActBytes),
+                     meta + (off + i) / kBlockK);
+    return;
+  }
   float4 v[kMaxVec], sg[kMaxVec], u[kMaxVec];
 #pragma unroll
   for (int r = 0; r < kMaxVec; ++r) {
@@ -161,15 +208,13 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
   const float4 nv =
       make_float4(mine.x * scale * gn.x, mine.y * scale * gn.y, mine.z * scale * gn.z, mine.w * scale * gn.w);
   st4(normed + row + col, nv);
-  st4(buf + i, signs ? mul4(nv, sg) : nv);
-  __syncthreads();
-  fwht_shared(buf, block, block);
-  const float4 o = scale4(ld4(buf + i), 1.0f / sqrtf(static_cast<float>(block)));
+  const float4 o =
+      scale4(fwht_regs(signs ? mul4(nv, sg) : nv, buf, block), 1.0f / sqrtf(static_cast<float>(block)));
   st4(rotated + row + col, o);
-  st4(buf + i, o);
-  if (!xq) return;
-  __syncthreads();
-  quantize_shared(buf, block, (row + own * block) / kBlockK, xq, meta);
+  // warp w holds the 128 columns of activation block (row + col) / 128, lane its 4·lane..
+  if (xq)
+    quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((row + col) / kBlockK) * kActBytes),
+                   meta + (row + col) / kBlockK);
 }
 
 }  // namespace
@@ -194,7 +239,7 @@ void swiglu_hadamard(const float* x, const float* up, float* act, const float* s
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s) {
   const int threads = static_cast<int>(std::clamp<int64_t>(block / 4, 32, 1024));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block));
-  launch(hadamard_kernel, grid, threads, block * sizeof(float), s, x, up, act, signs, y, k,
+  launch(hadamard_kernel, grid, threads, 2 * block * sizeof(float), s, x, up, act, signs, y, k,
          static_cast<int>(block), inverse, xq, meta);
 }
 
@@ -202,7 +247,7 @@ void residual_norm_site(const float* x, const float* delta, float* x_out, const 
                         const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                         int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n / block));
-  launch(residual_norm_kernel, grid, static_cast<unsigned>(block / 4), block * sizeof(float), s, x, delta,
+  launch(residual_norm_kernel, grid, static_cast<unsigned>(block / 4), 2 * block * sizeof(float), s, x, delta,
          x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq, meta);
 }
 
