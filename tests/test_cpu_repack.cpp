@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/repack.h"
 #include "kernels/ref/ref_backend.h"
 #include "runtime/cpu_features.h"
 
@@ -80,6 +82,44 @@ TEST(CpuRepack, Ptq1PreparedMatchesReference) {
         }
       be.unprepare(pw);
       EXPECT_EQ(pw.prepared, nullptr);
+    }
+}
+
+// make_repack per policy: the transcode equals the reference transcode row by
+// row, the huge-page copy equals the file bytes, and nothing else is repacked.
+TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
+  const int64_t k = 384, n = 21;
+  const auto ptq1 = random_ptq1(n, k, 13);
+  std::vector<uint8_t> pq2(row_bytes(DType::PQ2_0, k) * n);
+  for (int64_t r = 0; r < n; ++r)
+    transcode_ptq1_to_pq2(ptq1.data() + r * row_bytes(DType::PTQ1_0, k),
+                          pq2.data() + r * row_bytes(DType::PQ2_0, k), k);
+  Weight wt;
+  wt.type = DType::PTQ1_0, wt.k = k, wt.n = n, wt.data = ptq1.data(), wt.nbytes = ptq1.size();
+  Weight wq = wt;
+  wq.type = DType::PQ2_0, wq.data = pq2.data(), wq.nbytes = pq2.size();
+  const std::vector<float> f(k * n, 1.0f);
+  Weight wf = wt;
+  wf.type = DType::F32, wf.data = reinterpret_cast<const uint8_t*>(f.data()), wf.nbytes = f.size() * 4;
+  ThreadPool pool(2);
+  for (bool transcode : {false, true})
+    for (bool copy : {false, true}) {
+      const cpu::RepackPolicy pol{transcode, copy};
+      const auto rt = cpu::make_repack(wt, pol, pool, select_isa());
+      ASSERT_EQ(rt != nullptr, transcode);
+      if (rt) {
+        EXPECT_EQ(rt->type, DType::PQ2_0);
+        ASSERT_EQ(rt->bytes.size(), pq2.size());
+        EXPECT_EQ(std::memcmp(rt->bytes.data(), pq2.data(), pq2.size()), 0);
+      }
+      const auto rq = cpu::make_repack(wq, pol, pool, select_isa());
+      ASSERT_EQ(rq != nullptr, copy);
+      if (rq) {
+        EXPECT_EQ(rq->type, DType::PQ2_0);
+        ASSERT_EQ(rq->bytes.size(), pq2.size());
+        EXPECT_EQ(std::memcmp(rq->bytes.data(), pq2.data(), pq2.size()), 0);
+      }
+      EXPECT_EQ(cpu::make_repack(wf, pol, pool, select_isa()), nullptr);
     }
 }
 

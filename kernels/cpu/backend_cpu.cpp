@@ -17,13 +17,15 @@ namespace bonsai {
 CpuBackend::CpuBackend(int n_threads, Isa isa, cpu::Precision precision)
     : pool_(n_threads > 0 ? n_threads : default_thread_count()), isa_(isa), precision_(precision) {
   name_ = fmt::format("cpu-{}{}", isa_name(isa_), precision_ == cpu::Precision::Int8 ? "-int8" : "");
-  ptq1_transcode_ = cpu::ptq1_transcode_enabled();
+  repack_policy_ = cpu::repack_policy_from_env();
 }
 
 void CpuBackend::prepare(Weight& w) {
-  if (!ptq1_transcode_ || w.prepared || w.empty() || w.type != DType::PTQ1_0 || w.k % 128) return;
-  repacks_.push_back(std::make_unique<cpu::Ptq1Repack>(w, pool_, isa_));
-  w.prepared = repacks_.back().get();
+  if (w.prepared) return;
+  if (auto r = cpu::make_repack(w, repack_policy_, pool_, isa_)) {
+    w.prepared = r.get();
+    repacks_.push_back(std::move(r));
+  }
 }
 
 void CpuBackend::unprepare(Weight& w) {
@@ -33,8 +35,10 @@ void CpuBackend::unprepare(Weight& w) {
 }
 
 cpu::WeightView CpuBackend::view(const Weight& w) {
-  if (w.prepared && w.type == DType::PTQ1_0)
-    return {DType::PQ2_0, static_cast<cpu::Ptq1Repack*>(w.prepared)->bytes.data(), w.n, w.k};
+  if (w.prepared) {
+    auto* r = static_cast<cpu::Repack*>(w.prepared);
+    return {r->type, r->bytes.data(), w.n, w.k};
+  }
   return cpu::view_of(w);
 }
 

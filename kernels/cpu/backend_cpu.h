@@ -34,8 +34,8 @@ class CpuBackend : public RefBackend {
                       const GdnShape& s) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
-  // PTQ1_0 weights are transcoded to PQ2_0 here (kernels/cpu/repack.h) unless
-  // BONSAI_CPU_PTQ1=direct; w.data stays the file's bytes for everything else.
+  // Load-time repacks (kernels/cpu/repack.h: PTQ1_0 → PQ2_0 by default, PQ2_0
+  // copied to huge pages on request); w.data stays the file's bytes for other ops.
   void prepare(Weight& w) override;
   void unprepare(Weight& w) override;
 
@@ -52,8 +52,8 @@ class CpuBackend : public RefBackend {
   cpu::PreparedAct act_;  // reused across calls: prepare_act allocates nothing in steady state
   cpu::PreparedBatch batch_;  // the prefill GEMM's quantized batch, reused likewise
   std::string name_;
-  bool ptq1_transcode_;
-  std::vector<std::unique_ptr<cpu::Ptq1Repack>> repacks_;  // owned targets of Weight::prepared
+  cpu::RepackPolicy repack_policy_;
+  std::vector<std::unique_ptr<cpu::Repack>> repacks_;  // owned targets of Weight::prepared
 };
 
 }  // namespace bonsai

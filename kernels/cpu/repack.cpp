@@ -2,10 +2,13 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "bonsai/error.h"
+#include "bonsai/formats.h"
 #include "kernels/cpu/matvec.h"
 
 namespace bonsai::cpu {
@@ -23,20 +26,46 @@ HugeBuffer::~HugeBuffer() {
   if (p_) munmap(p_, n_);
 }
 
-bool ptq1_transcode_enabled() {
-  const char* e = std::getenv("BONSAI_CPU_PTQ1");
-  if (!e || !*e) return true;
+namespace {
+// $name's value if it is one of {off_value, on_value}; `dflt` if unset.
+bool env_choice(const char* name, std::string_view off_value, std::string_view on_value, bool dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
   const std::string_view v(e);
-  if (v == "transcode") return true;
-  if (v == "direct") return false;
-  usage_fail("BONSAI_CPU_PTQ1 must be 'direct' or 'transcode' (got '{}')", v);
+  if (v == on_value) return true;
+  if (v == off_value) return false;
+  usage_fail("{} must be '{}' or '{}' (got '{}')", name, off_value, on_value, v);
+}
+}  // namespace
+
+RepackPolicy repack_policy_from_env() {
+  RepackPolicy p;
+  p.ptq1_transcode = env_choice("BONSAI_CPU_PTQ1", "direct", "transcode", p.ptq1_transcode);
+  p.copy_ternary = env_choice("BONSAI_CPU_WEIGHTS", "map", "copy", p.copy_ternary);
+  return p;
 }
 
-Ptq1Repack::Ptq1Repack(const Weight& w, ThreadPool& pool, Isa isa)
-    : bytes(static_cast<size_t>(row_bytes(DType::PQ2_0, static_cast<uint64_t>(w.k))) *
-            static_cast<size_t>(w.n)) {
-  if (w.type != DType::PTQ1_0) fail("cpu repack: weight {} is {}, not PTQ1_0", w.name, dtype_name(w.type));
-  transcode_ptq1_to_pq2(view_of(w), bytes.data(), pool, isa == Isa::Scalar ? Isa::Scalar : Isa::Avx2);
+std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy, ThreadPool& pool, Isa isa) {
+  if (w.empty() || w.n <= 0) return nullptr;
+  const auto k = static_cast<uint64_t>(w.k);
+  if (w.type == DType::PTQ1_0 && policy.ptq1_transcode && w.k % 128 == 0) {
+    auto r = std::make_unique<Repack>(DType::PQ2_0, row_bytes(DType::PQ2_0, k) * static_cast<size_t>(w.n));
+    transcode_ptq1_to_pq2(view_of(w), r->bytes.data(), pool, isa == Isa::Scalar ? Isa::Scalar : Isa::Avx2);
+    return r;
+  }
+  if ((w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 || w.type == DType::Q2_0_G64) &&
+      policy.copy_ternary) {
+    const size_t n = row_bytes(w.type, k) * static_cast<size_t>(w.n);
+    auto r = std::make_unique<Repack>(w.type, n);
+    constexpr size_t kTask = size_t{2} << 20;  // one huge page per task
+    uint8_t* dst = r->bytes.data();
+    pool.parallel_for(static_cast<int64_t>((n + kTask - 1) / kTask), [&](int64_t t, int) {
+      const size_t o = static_cast<size_t>(t) * kTask;
+      std::memcpy(dst + o, w.data + o, std::min(kTask, n - o));
+    });
+    return r;
+  }
+  return nullptr;
 }
 
 }  // namespace bonsai::cpu

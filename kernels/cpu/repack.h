@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "kernels/weight.h"
 #include "runtime/cpu_features.h"
@@ -36,15 +37,29 @@ class HugeBuffer {
   size_t n_ = 0;
 };
 
-// Whether the CPU backend repacks PTQ1_0 at load: yes unless
-// BONSAI_CPU_PTQ1=direct (then the PTQ1_0 kernels read the file layout).
-// Any other value than "direct" / "transcode" is an error naming the variable.
-bool ptq1_transcode_enabled();
-
-// A PTQ1_0 weight transcoded to PQ2_0 rows (same n, k) in a HugeBuffer.
-struct Ptq1Repack {
-  explicit Ptq1Repack(const Weight& w, ThreadPool& pool, Isa isa);
-  HugeBuffer bytes;  // [n][row_bytes(PQ2_0, k)]
+// What the CPU backend does with ternary weights at load (Backend::prepare),
+// from the environment:
+//  * BONSAI_CPU_PTQ1 = transcode (default) | direct: PTQ1_0 → PQ2_0 copy, or
+//    the PTQ1_0 kernels on the file layout;
+//  * BONSAI_CPU_WEIGHTS = map (default) | copy: PQ2_0 / Q2_0 read where the
+//    file maps them (4 KiB page-cache pages, zero copy), or copied once into
+//    huge-page-advised memory (+ their size in resident memory).
+// Other values are a UsageError naming the variable.
+struct RepackPolicy {
+  bool ptq1_transcode = true;
+  bool copy_ternary = false;
 };
+RepackPolicy repack_policy_from_env();
+
+// A weight's decode-time copy: `type` rows (same n, k) in a HugeBuffer.
+struct Repack {
+  Repack(DType t, size_t n_bytes) : type(t), bytes(n_bytes) {}
+  DType type;
+  HugeBuffer bytes;  // [n][row_bytes(type, k)]
+};
+
+// The repack `policy` asks for w (nullptr: read w in place). Work is split
+// across the pool.
+std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy, ThreadPool& pool, Isa isa);
 
 }  // namespace bonsai::cpu
