@@ -284,8 +284,8 @@ int gemm_splits(const GemmPlan& p, int kblocks) { return (kblocks + p.kb_per_spl
 
 int gemm_occupancy() {
   static const int occ = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_OCC");
-    return e && std::atoi(e) == 2 ? 2 : 1;
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_OCC");  // 1: no register spills, 8 warps per SM
+    return e && std::atoi(e) == 1 ? 1 : 2;
   }();
   return occ;
 }
