@@ -15,12 +15,13 @@ namespace {
 
 constexpr size_t kBufferBytes = size_t{1} << 30;
 
-void BM_read_bandwidth(benchmark::State& state) {
-  static Bytes buf = [] {
-    Bytes b = alloc_bytes(kBufferBytes);
-    fill_random(b.get(), kBufferBytes, 1);
-    return b;
-  }();
+void BM_read_bandwidth(benchmark::State& state, bool huge) {
+  static Bytes bufs[2];
+  Bytes& buf = bufs[huge];
+  if (!buf) {
+    buf = alloc_bytes(kBufferBytes, huge);
+    fill_random(buf.get(), kBufferBytes, 1);
+  }
   const int threads = static_cast<int>(state.range(0));
   ThreadPool& tp = pool(threads);
   // Split in 2 MiB tasks handed out dynamically (as the matvec chunks are).
@@ -33,7 +34,19 @@ void BM_read_bandwidth(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBufferBytes));
 }
-BENCHMARK(BM_read_bandwidth)->Name("read_bandwidth")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_read_bandwidth, 4k, false)
+    ->Name("read_bandwidth")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime();
+// The same loop on huge pages: the yardstick for weights the CPU backend
+// repacks or copies at load (kernels/cpu/repack.h).
+BENCHMARK_CAPTURE(BM_read_bandwidth, thp, true)
+    ->Name("read_bandwidth_thp")
+    ->ArgName("threads")
+    ->Arg(2)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace bonsai::bench

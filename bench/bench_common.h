@@ -7,6 +7,8 @@
 #include <memory>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "runtime/thread_pool.h"
 
 namespace bonsai::bench {
@@ -24,8 +26,13 @@ struct FreeAligned {
 };
 using Bytes = std::unique_ptr<uint8_t[], FreeAligned>;
 
-inline Bytes alloc_bytes(size_t n) {
-  return Bytes(static_cast<uint8_t*>(::operator new[](n, std::align_val_t{4096})));
+// huge: advise 2 MiB pages (MADV_HUGEPAGE; this machine's THP mode is
+// "madvise"), as the CPU backend's repacked / copied weights are; otherwise
+// 4 KiB pages, like the page cache behind the model's mmap.
+inline Bytes alloc_bytes(size_t n, bool huge = false) {
+  Bytes b(static_cast<uint8_t*>(::operator new[](n, std::align_val_t{4096})));
+  if (huge) (void)madvise(b.get(), n / 4096 * 4096, MADV_HUGEPAGE);  // advice only
+  return b;
 }
 
 // Fills n bytes with a fast xorshift stream (and thereby faults every page in).

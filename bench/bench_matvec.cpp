@@ -29,19 +29,20 @@ struct WeightSet {
   int64_t k = 0, n = 0;
   size_t matrix_bytes = 0;
   int copies = 0;
+  bool huge = false;  // on 2 MiB pages (as repacked / copied weights are)
   Bytes bytes;
 };
 
 // The buffer of the benchmark running now (regenerated when the shape changes).
-WeightSet& weights(DType type, int64_t k, int64_t n) {
+WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false) {
   static WeightSet ws;
-  if (ws.type == type && ws.k == k && ws.n == n && ws.bytes) return ws;
+  if (ws.type == type && ws.k == k && ws.n == n && ws.huge == huge && ws.bytes) return ws;
   ws.bytes.reset();
-  ws.type = type, ws.k = k, ws.n = n;
+  ws.type = type, ws.k = k, ws.n = n, ws.huge = huge;
   ws.matrix_bytes = row_bytes(type, k) * n;
   ws.copies = static_cast<int>(std::max<size_t>(2, (kColdBytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
   const size_t total = ws.matrix_bytes * ws.copies;
-  ws.bytes = alloc_bytes(total);
+  ws.bytes = alloc_bytes(total, huge);
   fill_random(ws.bytes.get(), total, static_cast<uint64_t>(k * 131 + n));
   // Replace each block's scale by a normal fp16 value (random bytes could be
   // NaN/Inf/subnormal, which is not what real weights look like).
@@ -53,14 +54,14 @@ WeightSet& weights(DType type, int64_t k, int64_t n) {
   return ws;
 }
 
-void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa) {
+void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa, bool huge = false) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
   }
   const int64_t k = state.range(0), n = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  WeightSet& ws = weights(type, k, n);
+  WeightSet& ws = weights(type, k, n, huge);
   std::vector<float> x(k), y(n);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
@@ -99,6 +100,11 @@ BENCHMARK_CAPTURE(BM_matvec, pq2_faithful, DType::PQ2_0, Precision::Faithful, Is
 BENCHMARK_CAPTURE(BM_matvec, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_matvec, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512)->Apply(shapes);
+// PQ2_0 on huge pages: what the decode streams for PTQ1_0 files (transcoded
+// at load) and for PQ2_0 with BONSAI_CPU_WEIGHTS=copy; compare with
+// read_bandwidth_thp.
+BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_thp, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true)
+    ->Apply(shapes);
 // The AVX2 baseline on the same machine, and single-thread figures.
 BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_avx2, DType::PQ2_0, Precision::Faithful, Isa::Avx2)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_avx2, DType::PTQ1_0, Precision::Faithful, Isa::Avx2)

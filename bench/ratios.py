@@ -34,9 +34,9 @@ def main(path):
     for b in data["benchmarks"]:
         if b.get("aggregate_name") == "median":
             med[b["run_name"]] = b
-    # The yardstick: the best 2-thread read loop of the run (plain or with
-    # software prefetch), so no kernel is flattered by a slow reference loop.
-    reads = {name: b["bytes_per_second"] for name, b in med.items() if name.startswith("read_bandwidth/threads:2")}
+    # The yardstick: the best 2-thread read loop of the run (4 KiB pages or
+    # huge pages), so no kernel is flattered by a slow reference loop.
+    reads = {name: b["bytes_per_second"] for name, b in med.items() if re.match(r"read_bandwidth(_\w+)?/threads:2", name)}
     if not reads:
         sys.exit("no read_bandwidth/threads:2 median in the report")
     bw_name = max(reads, key=reads.get)
@@ -81,6 +81,15 @@ def main(path):
         if ok:
             print(f"{mode}: ternary weights {total_bytes / 1e9:.2f} GB/token, matvec time "
                   f"{total_s * 1e3:.0f} ms/token = {total_s / (total_bytes / bw):.2f} × (bytes ÷ read_bandwidth)")
+
+    # PTQ1_0 files are transcoded to PQ2_0 at load (kernels/cpu/repack.h) and
+    # streamed from huge pages: their token time is pq2_faithful_thp's, but
+    # the bound is PTQ1_0's bytes.
+    if "pq2_faithful_thp" in rows and all((k, n, 2) in rows["pq2_faithful_thp"] for k, n, _ in INVENTORY):
+        t = sum(k * n * BYTES_PER_WEIGHT["pq2"] * c / rows["pq2_faithful_thp"][(k, n, 2)] for k, n, c in INVENTORY)
+        ptq1_bytes = sum(k * n * BYTES_PER_WEIGHT["ptq1"] * c for k, n, c in INVENTORY)
+        print(f"ptq1 transcoded (pq2_faithful_thp): matvec time {t * 1e3:.0f} ms/token = "
+              f"{t / (ptq1_bytes / bw):.2f} × (PTQ1_0 bytes ÷ read_bandwidth)")
 
     hot = {name.split("/")[1]: b for name, b in med.items() if name.startswith("BM_matvec_hot/")}
     if hot:

@@ -1,6 +1,7 @@
 #include "runtime/bandwidth.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,24 +51,31 @@ uint64_t sum_bytes(const uint8_t* p, size_t n) {
 }
 
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
-  bytes = bytes / 4096 * 4096;
-  std::unique_ptr<uint8_t[], FreeAligned> buf(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{4096})));
-  for (size_t i = 0; i < bytes; i += 8) {  // fault every page in (and defeat zero-page tricks)
-    uint64_t v = i * 0x9E3779B97F4A7C15ull;
-    std::memcpy(buf.get() + i, &v, 8);
-  }
-  const int64_t chunks = pool.size() * 8;
-  const size_t chunk = bytes / static_cast<size_t>(chunks) / 128 * 128;
-  std::atomic<uint64_t> sink{0};
+  bytes = bytes / (size_t{2} << 20) * (size_t{2} << 20);
   double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(chunks, [&](int64_t c, int) {
-      const uint8_t* p = buf.get() + static_cast<size_t>(c) * chunk;
-      sink += sum_bytes(p, chunk);
-    });
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(chunk * chunks) / s);
+  // Both page sizes: 4 KiB pages (the page cache behind a mapped model) and
+  // 2 MiB pages where THP is available (the CPU backend's repacked weights;
+  // streaming reads run ~15-40 % faster on them here). The yardstick is the
+  // faster of the two, so no figure is flattered by a slow reference loop.
+  for (bool huge : {false, true}) {
+    std::unique_ptr<uint8_t[], FreeAligned> buf(
+        static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{4096})));
+    if (huge) (void)madvise(buf.get(), bytes, MADV_HUGEPAGE);  // advice only
+    for (size_t i = 0; i < bytes; i += 8) {  // fault every page in (and defeat zero-page tricks)
+      uint64_t v = i * 0x9E3779B97F4A7C15ull;
+      std::memcpy(buf.get() + i, &v, 8);
+    }
+    // 2 MiB tasks handed out dynamically, as the matvec chunks are.
+    constexpr size_t kTask = size_t{2} << 20;
+    std::atomic<uint64_t> sink{0};
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      pool.parallel_for(static_cast<int64_t>(bytes / kTask), [&](int64_t c, int) {
+        sink += sum_bytes(buf.get() + static_cast<size_t>(c) * kTask, kTask);
+      });
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(bytes) / s);
+    }
   }
   return best;
 }
