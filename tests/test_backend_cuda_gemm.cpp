@@ -1,6 +1,7 @@
-// The CUDA prefill GEMM (kernels/cuda/gemm.cu) against exact dot products of the
-// dequantized weights, and its throughput at the 27B shapes (with BONSAI_CUDA_BENCH=1).
-// Needs a device; skips with the reason when there is none.
+// The CUDA prefill GEMM (kernels/cuda/gemm.cu) and the decode matvec on long rows against
+// exact dot products of the dequantized weights, and the GEMM's throughput at the 27B shapes
+// (with BONSAI_CUDA_BENCH=1). CudaGemmNumerics runs everywhere; the rest needs a device and
+// skips with the reason when there is none.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,36 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm.h"
 #endif
+
+#include "kernels/cuda/tile_layout.h"
+
+namespace bonsai {
+namespace {
+
+// The GEMM's integer -> float step (tile_layout.h, flush_value) is exact over the whole box
+// of chain sums its MMAs can produce: Σc·hi in ±3·128·127, Σc·lo in [−3·128·128, 3·128·127],
+// Σq in ±128·32639 (codes 0..3 over one 128-column block). Runs without a GPU.
+TEST(CudaGemmNumerics, MagicNumberFlushIsExactOverTheWholeRange) {
+  const int64_t hs[] = {-3 * 128 * 127, -1, 0, 1, 3 * 128 * 127};
+  const int64_t ls[] = {-3 * 128 * 128, -1, 0, 1, 3 * 128 * 127};
+  const int64_t qs[] = {-128 * 32639, -1, 0, 1, 128 * 32639};
+  auto expect_exact = [](int64_t h, int64_t l, int64_t q) {
+    const float got = cuda::flush_value(cuda::kFlushMagicBits + static_cast<int>(h),
+                                        cuda::kFlushMagicBits + static_cast<int>(l),
+                                        cuda::kFlushMagic + static_cast<float>(q));
+    const int64_t exact = 256 * h + l - q;  // |exact| < 2^24: representable as float
+    ASSERT_EQ(static_cast<double>(got), static_cast<double>(exact)) << h << " " << l << " " << q;
+  };
+  for (int64_t h : hs)
+    for (int64_t l : ls)
+      for (int64_t q : qs) expect_exact(h, l, q);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int64_t> dh(hs[0], hs[4]), dl(ls[0], ls[4]), dq(qs[0], qs[4]);
+  for (int i = 0; i < 100000; ++i) expect_exact(dh(rng), dl(rng), dq(rng));
+}
+
+}  // namespace
+}  // namespace bonsai
 
 #if BONSAI_HAVE_CUDA
 namespace bonsai {

@@ -67,8 +67,8 @@ __device__ __forceinline__ void mma_u8s8(int (&d)[4], const int (&c)[4], const u
         "r"(c[3]));
 }
 
-constexpr int kMagicBits = 0x4B400000;  // 1.5·2^23 as float
-constexpr float kMagic = 12582912.0f;
+constexpr int kMagicBits = kFlushMagicBits;  // tile_layout.h: flush_value
+constexpr float kMagic = kFlushMagic;
 
 // OCC: blocks per SM the registers are capped for (1: no spills; 2: twice the warps).
 template <int G, int OCC>
@@ -213,8 +213,7 @@ __global__ void __launch_bounds__(kThreads, OCC)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = e & 1;
-            const float T =
-                fmaf(__int_as_float(hi[jn][e]) - kMagic, 256.0f, __int_as_float(lo[jn][e]) - mq[jn][c][h]);
+            const float T = flush_value(hi[jn][e], lo[jn][e], mq[jn][c][h]);
             acc[i][jn][e] = fmaf(T, ((e >> 1) ? dd.y : dd.x) * sc[jn][c], acc[i][jn][e]);
           }
       }

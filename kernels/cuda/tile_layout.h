@@ -32,7 +32,9 @@
 //   d · s · (256·Σc·hi + Σc·lo − Σq)        (integer part exact: |.| < 2^24)
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define BONSAI_HD __host__ __device__ __forceinline__
@@ -73,6 +75,35 @@ BONSAI_HD int act_word(int k) { return ((k >> 2) & 3) * 8 + (k >> 5) * 2 + ((k >
 // Split q (|q| <= 32639) into hi in [-127, 127] and lo in [-128, 127] with q = 256·hi + lo.
 BONSAI_HD int act_hi(int q) { return (q + 128) >> 8; }  // arithmetic shift: floor
 BONSAI_HD int act_lo(int q) { return q - 256 * act_hi(q); }
+
+// ---- The prefill GEMM's exact integer -> float step (kernels/cuda/gemm.cu) ----------------
+// Both int32 MMA chains of a block (Σc·hi, Σc·lo; |.| <= 3·128·128 < 2^22) start from the
+// bits of kFlushMagic = 1.5·2^23, so the chain's int32 result, read as a float, is exactly
+// kFlushMagic + Σ (floats in [2^23, 2^24) have ulp 1). Then, with magic_sumq = kFlushMagic +
+// Σq (exact: |Σq| <= 128·32639 < 2^22), one FMA gives T = 256·Σc·hi + Σc·lo − Σq exactly:
+// |T| <= 256·48768 + 49152 + 4177792 < 2^24 for any codes 0..3 (test_backend_cuda_gemm.cpp
+// checks the corners of that box).
+inline constexpr int kFlushMagicBits = 0x4B400000;
+inline constexpr float kFlushMagic = 12582912.0f;
+
+BONSAI_HD float flush_bits_as_float(int v) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(v);
+#else
+  float f;
+  std::memcpy(&f, &v, sizeof f);
+  return f;
+#endif
+}
+
+BONSAI_HD float flush_value(int hi_acc, int lo_acc, float magic_sumq) {
+  const float h = flush_bits_as_float(hi_acc) - kFlushMagic, l = flush_bits_as_float(lo_acc) - magic_sumq;
+#if defined(__CUDA_ARCH__)
+  return fmaf(h, 256.0f, l);
+#else
+  return std::fma(h, 256.0f, l);
+#endif
+}
 
 // Bytes of a tiled weight of n rows and k columns (k a multiple of 128).
 // Row groups (kPairRows rows, kWarpTiles tiles) of an n-row weight.
