@@ -161,7 +161,12 @@ void gemm_panel_avx2(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
       decode_vec8(valid > 0 ? src + 8 * v * stride : src, stride, bb, a.block, nb, valid, v, codes, d);
     }
     for (int vp = 0; vp < 4; ++vp) {
-      if (rows <= 16 * vp) break;
+      // Prefetch a quarter of the next slab's rows per row pair (or the next panel's first slab).
+      if (b0 + slab < a.n_blocks)
+        gemm_prefetch_rows(a, r0, b0 + slab, 16 * vp, 16 * vp + 16);
+      else
+        gemm_prefetch_rows(a, r0 + kGemmPanelRows, 0, 16 * vp, 16 * vp + 16);
+      if (rows <= 16 * vp) continue;
       const __m256i mask[2] = {lane_mask(8), lane_mask(8)};  // ybuf has room for all 64 rows
       for (int lb = 0; lb < nb; ++lb) {
         const int64_t b = b0 + lb;

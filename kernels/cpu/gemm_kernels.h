@@ -39,6 +39,25 @@ struct GemmArgs {
   int64_t ldy;
 };
 
+// Software prefetch (into L2) of the weight bytes that rows [r0 + i0, r0 + i1)
+// of the panel at r0 decode for the slab starting at block b0: one short piece
+// per row, rows 1–5 KB apart, which the hardware prefetchers do not
+// anticipate. Callers spread a slab's prefetches over the previous slab's
+// compute (a burst of ~200 overflows the miss queues).
+static inline void gemm_prefetch_rows(const GemmArgs& a, int64_t r0, int64_t b0, int64_t i0, int64_t i1) {
+  const int64_t slab = kGemmSlabWeights / a.block;
+  if (b0 >= a.n_blocks) return;
+  const int64_t nb = a.n_blocks - b0 < slab ? a.n_blocks - b0 : slab;
+  const int64_t bytes = nb * a.block_bytes;
+  const int64_t row_bytes_ptq1 = a.ptq1 ? 28 : a.block_bytes;  // PTQ1_0 is read as 28-byte blocks
+  for (int64_t i = r0 + i0; i < r0 + i1 && i < a.n_rows; ++i) {
+    const uint8_t* p = a.w + i * a.row_bytes + b0 * row_bytes_ptq1;
+    const int64_t n = a.ptq1 ? nb * 28 : bytes;
+    for (int64_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 2);
+    __builtin_prefetch(p + n - 1, 0, 2);
+  }
+}
+
 // Rows [r0, min(r0 + 64, n_rows)) of y for every token; scratch holds
 // gemm_scratch_bytes(t), 64-byte aligned.
 void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch);
