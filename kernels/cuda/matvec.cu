@@ -552,7 +552,16 @@ const MatvecConfig& matvec_config() {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     const char* mode = std::getenv("BONSAI_CUDA_MV");
-    c.bulk = major >= 9 && !(mode && std::string_view(mode) == "legacy");
+    // The bulk kernel has a body only in code built for sm_90+. Compute capability 9.x runs
+    // the sm_90a build; a newer GPU runs the portable compute_80 PTX (JIT), whose bulk kernel
+    // is a __trap() stub, unless the binary was built for its architecture (ptxVersion).
+    bool sm90_code = major == 9;
+    if (major > 9) {
+      cudaFuncAttributes fa{};
+      sm90_code = cudaFuncGetAttributes(&fa, matvec_bulk_kernel<1>) == cudaSuccess && fa.ptxVersion >= 90;
+      cudaGetLastError();  // a failed query is not an error of the next launch
+    }
+    c.bulk = sm90_code && !(mode && std::string_view(mode) == "legacy");
     c.ring = env_int("BONSAI_CUDA_MV_RING", 4, 1, kMaxRing);
     c.min_units = env_int("BONSAI_CUDA_MV_MIN", 1, 1, 1 << 20);
     c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
