@@ -122,5 +122,35 @@ TEST(ElementwiseAvx2, BackendSsmConvEveryThreadCount) {
     }
 }
 
+// The backend's delta rule (AVX2 head step where d_v % 8 == 0, the scalar
+// loop otherwise) against the reference at the 27B's head size and at an odd
+// one. The SIMD step computes decay·(Sᵀk) instead of (decay·S)ᵀk and fuses
+// multiply-adds: per output a sum of d_k = 128 products with a few roundings
+// each, so ~1e-6 relative to the largest output; 1e-5 leaves margin.
+TEST(ElementwiseAvx2, DeltaRuleHeadStepMatchesReference) {
+  for (int dv : {128, 20})
+    for (int threads : {1, 2})
+      for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+        if (!isa_supported(isa)) continue;
+        const GdnShape s{2, 4, 128, dv, 1e-6f};
+        const int t = 3, width = 2 * 2 * 128 + 4 * dv;
+        auto conv = randn(t * width, 30), g = randn(t * 4, 31, 0.3f), beta = randn(t * 4, 32);
+        for (auto& v : g) v = -std::fabs(v);
+        for (auto& v : beta) v = 1.0f / (1.0f + std::exp(-v));
+        const auto st0 = randn(4 * 128 * dv, 33, 0.1f);
+        std::vector<float> sa = st0, sb = st0, oa(t * 4 * dv), ob(oa.size());
+        CpuBackend be(threads, isa, cpu::Precision::Faithful);
+        be.gdn_recurrence(conv.data(), g.data(), beta.data(), sa.data(), oa.data(), t, s);
+        ref::gdn_recurrence(conv.data(), g.data(), beta.data(), sb.data(), ob.data(), t, s);
+        double mo = 0, ms = 0, dO = 0, dS = 0;
+        for (size_t i = 0; i < oa.size(); ++i)
+          mo = std::max(mo, std::fabs(double(ob[i]))), dO = std::max(dO, std::fabs(double(oa[i]) - ob[i]));
+        for (size_t i = 0; i < sa.size(); ++i)
+          ms = std::max(ms, std::fabs(double(sb[i]))), dS = std::max(dS, std::fabs(double(sa[i]) - sb[i]));
+        EXPECT_LT(dO, 1e-5 * mo) << "d_v " << dv << " threads " << threads << " " << isa_name(isa);
+        EXPECT_LT(dS, 1e-5 * ms) << "d_v " << dv << " threads " << threads << " " << isa_name(isa);
+      }
+}
+
 }  // namespace
 }  // namespace bonsai

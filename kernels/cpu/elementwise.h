@@ -26,4 +26,13 @@ void swiglu_avx2(const float* g, const float* u, float* a, int64_t n);
 // y[i] = silu(x[i]) for i in [0, n) (used by tests to bound the exp error).
 void silu_avx2(const float* x, float* y, int64_t n);
 
+// One token of the gated delta rule for one value head (Backend::gdn_recurrence's
+// inner step), AVX2 + FMA: with q, k already L2-normalised (q scaled by 1/√d_k),
+//   kv = β·(v − decay·Sᵀk);  S ← decay·S + k ⊗ kv;  o = Sᵀq
+// S [d_k][d_v] row-major. d_v must be a multiple of 8. S is read twice (Sᵀk,
+// then the update fused with Sᵀq) and written once, 32 columns at a time so a
+// column tile (d_k × 128 B) stays in L1 between the two sweeps.
+void gdn_head_step_avx2(const float* q, const float* k, const float* v, float decay, float beta, float* S,
+                        float* o, int d_k, int d_v);
+
 }  // namespace bonsai::cpu

@@ -106,4 +106,34 @@ void ssm_conv_avx2(const float* x, float* state, const float* w, float* out, int
     }
 }
 
+void gdn_head_step_avx2(const float* q, const float* k, const float* v, float decay, float beta, float* S,
+                        float* o, int d_k, int d_v) {
+  constexpr int kTile = 4;  // 4 × 8 columns: 4 kv + 4 o accumulators, within AVX2's 16 registers
+  const __m256 vdecay = _mm256_set1_ps(decay), vbeta = _mm256_set1_ps(beta);
+  for (int e0 = 0; e0 < d_v; e0 += 8 * kTile) {
+    const int nt = (d_v - e0) / 8 < kTile ? (d_v - e0) / 8 : kTile;
+    __m256 kv[kTile], acc[kTile];
+    for (int j = 0; j < kTile; ++j) kv[j] = _mm256_setzero_ps();
+    for (int a = 0; a < d_k; ++a) {  // Sᵀk over the tile
+      const __m256 ka = _mm256_set1_ps(k[a]);
+      const float* row = S + static_cast<int64_t>(a) * d_v + e0;
+      for (int j = 0; j < nt; ++j) kv[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), ka, kv[j]);
+    }
+    for (int j = 0; j < nt; ++j) {  // kv = β·(v − decay·Sᵀk)
+      kv[j] = _mm256_mul_ps(vbeta, _mm256_fnmadd_ps(vdecay, kv[j], _mm256_loadu_ps(v + e0 + 8 * j)));
+      acc[j] = _mm256_setzero_ps();
+    }
+    for (int a = 0; a < d_k; ++a) {  // S ← decay·S + k_a·kv; o += S·q_a
+      const __m256 ka = _mm256_set1_ps(k[a]), qa = _mm256_set1_ps(q[a]);
+      float* row = S + static_cast<int64_t>(a) * d_v + e0;
+      for (int j = 0; j < nt; ++j) {
+        const __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(row + 8 * j), vdecay, _mm256_mul_ps(ka, kv[j]));
+        _mm256_storeu_ps(row + 8 * j, s);
+        acc[j] = _mm256_fmadd_ps(s, qa, acc[j]);
+      }
+    }
+    for (int j = 0; j < nt; ++j) _mm256_storeu_ps(o + e0 + 8 * j, acc[j]);
+  }
+}
+
 }  // namespace bonsai::cpu
