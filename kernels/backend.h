@@ -54,6 +54,8 @@ class Backend {
   virtual void unprepare(Weight& w) {}
   // Blocks until queued work is done (GPU backends); no-op on the CPU.
   virtual void sync() {}
+  // Tokens per prefill chunk this backend runs best with (0: no preference; Session uses 64).
+  virtual int preferred_prefill_chunk() const { return 0; }
 
   // ---- embedding and norms -------------------------------------------------
   // out[i] = dequantized row tokens[i] of table ([t][table.k]); token ids are host memory.

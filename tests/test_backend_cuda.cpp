@@ -718,8 +718,8 @@ TEST_F(CudaOps, AttentionSiteMatchesComposedReference) {
 }
 
 // The GDN site (conv, alpha/beta rows, gates, delta rule, gated norm, head order: one launch)
-// against the reference composition: decode and few-token batches (alpha/beta in the kernel),
-// a longer batch (alpha/beta by the matvec), F32/BF16 alpha/beta, tiled and grouped output.
+// against the reference composition: decode and few-token batches (one kernel), longer
+// batches (the prefill walk), F32/F16/BF16 alpha/beta, tiled and grouped output.
 // Every site runs twice, so the conv-state hand-off counters must come back to zero.
 TEST_F(CudaOps, GdnSiteMatchesComposedReference) {
   struct Case {
@@ -732,6 +732,7 @@ TEST_F(CudaOps, GdnSiteMatchesComposedReference) {
   for (const Case& cs : {Case{{4, 12, 128, 128, 1e-6f}, 1, 320, DType::BF16, true},
                          Case{{4, 12, 128, 128, 1e-6f}, 3, 256, DType::F32, false},
                          Case{{2, 4, 64, 96, 1e-6f}, 7, 200, DType::BF16, true},
+                         Case{{4, 12, 128, 128, 1e-6f}, 20, 256, DType::BF16, true},
                          Case{{1, 3, 32, 64, 1e-6f}, 1, 96, DType::F16, false}}) {
     const GdnShape& s = cs.s;
     const int t = cs.t, taps = 4;

@@ -20,7 +20,7 @@ struct SessionOptions {
   int n_threads = 0;          // 0 = physical cores
   std::string dump_dir;       // when set, every named activation is written as raw f32 per position
   bool profile = false;       // time every backend op (see Session::profile())
-  int prefill_chunk = 64;     // tokens per batched forward in prefill()
+  int prefill_chunk = 0;      // tokens per batched forward in prefill(); 0 = the backend's choice
 };
 
 // Time spent per backend op since the last clear (SessionOptions::profile).

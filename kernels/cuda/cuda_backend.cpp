@@ -520,7 +520,8 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
               2 * static_cast<int64_t>(s.head_dim));
 }
 
-// One launch (cuda::gdn_fused with the conv, and for a few tokens the alpha/beta rows, inside).
+// A few tokens: one launch (cuda::gdn_fused with the conv and the alpha/beta rows inside).
+// A batch: alpha/beta rows, conv + q/k norms, the walk, the gated norm (and head order).
 void CudaBackend::gdn_site(const GdnSite& a, int t) {
   impl_->flush();
   Impl& m = *impl_;
@@ -534,14 +535,57 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
       !aw.tiled && !bw.tiled && aw.raw == bw.raw && aw.row_bytes == bw.row_bytes && aw.k == bw.k &&
       aw.n >= s.n_v && bw.n >= s.n_v &&
       (aw.raw == cuda::RawType::F32 || aw.raw == cuda::RawType::F16 || aw.raw == cuda::RawType::BF16);
-  // A few tokens: each block computes its head's two rows itself; a batch: one matvec launch.
+  // A few tokens: one kernel (the alpha/beta rows inside); a batch: the prefill pipeline.
   const bool ab_fused = ab_raw && t <= 4;
-  if (!ab_fused) {
-    const Weight* ab[] = {a.alpha_w, a.beta_w};
-    float* ab_out[] = {a.alpha, a.beta_in};
-    matmul_multi(ab, a.normed, ab_out, t);
-  }
+  if (!ab_fused && t < a.taps - 1) return Backend::gdn_site(a, t);  // the walk's conv-state write needs them
   const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
+  const float* norm_w = m.dev(*a.norm_w).f32();
+  if (!ab_fused) {  // a batch: everything but the walk parallel over tokens
+    if (ab_raw) {
+      cuda::gdn_ab_batch(a.normed, aw.bytes(), bw.bytes(), aw.row_bytes, aw.raw, static_cast<int>(aw.k),
+                         s.n_v, t, a.alpha, a.beta_in, m.stream);
+      check_launch("gdn_ab_batch");
+    } else {
+      const Weight* ab[] = {a.alpha_w, a.beta_w};
+      float* ab_out[] = {a.alpha, a.beta_in};
+      matmul_multi(ab, a.normed, ab_out, t);
+    }
+    cuda::gdn_conv_norm(a.qkv, a.conv_state, cw.f32(), a.conv, t, a.taps, s.n_k, s.n_v, s.d_k, s.d_v, s.eps,
+                        m.stream);
+    check_launch("gdn_conv_norm");
+    cuda::GdnFused f;
+    f.conv = a.conv;
+    f.qkv = a.qkv;  // the walk writes the new conv state
+    f.conv_state = a.conv_state;
+    f.taps = a.taps;
+    f.alpha = a.alpha;
+    f.beta_in = a.beta_in;
+    f.ssm_a = m.dev(*a.ssm_a).f32();
+    f.dt_bias = m.dev(*a.dt_bias).f32();
+    f.state = a.state;
+    f.out = a.o;
+    f.t = t;
+    f.n_k = s.n_k;
+    f.n_v = s.n_v;
+    f.d_k = s.d_k;
+    f.d_v = s.d_v;
+    f.eps = s.eps;
+    cuda::gdn_walk(f, m.stream);
+    check_launch("gdn_walk");
+    float* y = a.grouped ? a.normed_o : a.out;
+    cuda::gated_rmsnorm(a.o, a.z, norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps, m.stream);
+    check_launch("gated_rmsnorm");
+    if (a.grouped) {
+      cuda::transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v, m.stream);
+      check_launch("transpose_heads");
+    }
+    for (const float* p : {a.conv, a.o, y, a.alpha, a.beta_in})
+      m.wrote(p, static_cast<size_t>(t) * channels * sizeof(float));  // a bound: conv is the widest
+    m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
+    m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
+    m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
+    return;
+  }
   cuda::GdnFused f;
   f.qkv = a.qkv;
   f.conv_w = cw.f32();
@@ -550,20 +594,15 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   f.taps = a.taps;
   f.ssm_a = m.dev(*a.ssm_a).f32();
   f.dt_bias = m.dev(*a.dt_bias).f32();
-  if (ab_fused) {
-    f.alpha_w = aw.bytes();
-    f.beta_w = bw.bytes();
-    f.normed = a.normed;
-    f.ab_type = aw.raw;
-    f.ab_row_bytes = aw.row_bytes;
-    f.ab_k = static_cast<int>(aw.k);
-  } else {
-    f.alpha = a.alpha;
-    f.beta_in = a.beta_in;
-  }
+  f.alpha_w = aw.bytes();
+  f.beta_w = bw.bytes();
+  f.normed = a.normed;
+  f.ab_type = aw.raw;
+  f.ab_row_bytes = aw.row_bytes;
+  f.ab_k = static_cast<int>(aw.k);
   f.state = a.state;
   f.z = a.z;
-  f.norm_w = m.dev(*a.norm_w).f32();
+  f.norm_w = norm_w;
   f.norm_eps = a.norm_eps;
   f.out = a.out;
   f.transpose = a.grouped;

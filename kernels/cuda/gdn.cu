@@ -4,6 +4,8 @@
 // o[b] only mix rows), so a block owns one value head and 32 columns: warp w
 // holds rows 32w..32w+31 of those columns in registers (lane = column) for all
 // t tokens, and the sums over rows go through shared memory.
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -328,6 +330,184 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   }
 }
 
+// Prefill, before gdn_walk: conv [t][channels] = silu(ssm_conv(qkv)) for every (token,
+// channel) at once (the previous inputs from conv_state, [taps-1][channels], which is not
+// updated here: gdn_walk does it), then q (times 1/√d_k) and k L2-normalised per (token, key
+// head); the arithmetic of ConvChannel::step and the fused kernel. Block per (token, head
+// slot: n_k q heads, n_k k heads, n_v v heads), thread per channel.
+__global__ void gdn_conv_norm_kernel(const float* __restrict__ qkv, const float* __restrict__ conv_state,
+                                     const float* __restrict__ conv_w, float* __restrict__ conv, int taps,
+                                     int n_k, int n_v, int d_k, int d_v, float eps) {
+  pdl_trigger();
+  pdl_wait();
+  const int i = blockIdx.x, slot = blockIdx.y, e = threadIdx.x;
+  const int64_t qk = static_cast<int64_t>(n_k) * d_k, width = 2 * qk + static_cast<int64_t>(n_v) * d_v;
+  const bool is_qk = slot < 2 * n_k;
+  const int w = is_qk ? d_k : d_v;
+  const int64_t c =
+      is_qk ? static_cast<int64_t>(slot) * d_k + e : 2 * qk + static_cast<int64_t>(slot - 2 * n_k) * d_v + e;
+  float out = 0.0f;
+  if (e < w) {
+    float acc = 0.0f;
+    for (int j = 0; j < taps - 1; ++j) {
+      const int tau = i - (taps - 1) + j;  // the input time of tap j
+      const float xp =
+          tau >= 0 ? qkv[static_cast<int64_t>(tau) * width + c] : conv_state[(tau + taps - 1) * width + c];
+      acc += conv_w[c * taps + j] * xp;
+    }
+    acc += conv_w[c * taps + taps - 1] * qkv[static_cast<int64_t>(i) * width + c];
+    out = silu(acc);
+  }
+  if (is_qk) {
+    const float ss = block_sum(out * out);
+    const float scale = slot < n_k ? 1.0f / sqrtf(static_cast<float>(d_k)) : 1.0f;
+    out *= scale / fmaxf(sqrtf(ss), eps);
+  }
+  if (e < w) conv[static_cast<int64_t>(i) * width + c] = out;
+}
+
+// Prefill: alpha / beta_in [t][n_v] = x [t][k] · rows 0..n_v-1 of wa / wb (raw F32, F16 or
+// BF16 rows of row_bytes). Warp per weight row, a tile of kAbTile tokens per block: the row
+// is read once per tile, the tile's inputs are shared through L1 by the block's 8 warps.
+constexpr int kAbTile = 16;
+__global__ void __launch_bounds__(256)
+    gdn_ab_batch_kernel(const float* __restrict__ x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes,
+                        RawType type, int k, int n_v, int t, float* alpha, float* beta_in) {
+  pdl_trigger();
+  pdl_wait();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = blockIdx.x * 8 + warp, i0 = blockIdx.y * kAbTile;
+  if (r >= 2 * n_v) return;
+  const bool is_b = r >= n_v;
+  const int h = is_b ? r - n_v : r;
+  const uint8_t* row = (is_b ? wb : wa) + static_cast<size_t>(h) * row_bytes;
+  const int nt = min(kAbTile, t - i0);
+  float acc[kAbTile] = {};
+  auto dot = [&](auto at) {
+#pragma unroll 2
+    for (int c = lane; c < k; c += 32) {
+      const float wv = at(row, c);
+#pragma unroll
+      for (int j = 0; j < kAbTile; ++j)
+        if (j < nt) acc[j] += x[static_cast<int64_t>(i0 + j) * k + c] * wv;
+    }
+  };
+  if (type == RawType::F32)
+    dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::F32); });
+  else if (type == RawType::F16)
+    dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::F16); });
+  else
+    dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::BF16); });
+  float* y = is_b ? beta_in : alpha;
+#pragma unroll
+  for (int j = 0; j < kAbTile; ++j) {
+    const float v = warp_sum(acc[j]);
+    if (lane == 0 && j < nt) y[static_cast<int64_t>(i0 + j) * n_v + h] = v;
+  }
+}
+
+// Prefill: the delta rule over t tokens whose q and k gdn_conv_norm has normalised, gates
+// from alpha/beta_in (or g/beta), raw outputs o [t][n_v][d_v], and (qkv given) the new conv
+// state; block per value head, the fused
+// kernel's layout and one-reduction step. Token i+1's q/k are staged into shared memory
+// (three buffers) and its other inputs loaded while token i is processed, and the partial
+// sums alternate between two buffers, so a token costs a single barrier.
+__global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
+  extern __shared__ float sm[];  // qk[3][2][d_k], red[2][3][RG][d_v]
+  pdl_trigger();
+  pdl_wait();
+  const int d_k = p.d_k, d_v = p.d_v, RG = d_k / 32;
+  const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rg = warp % RG, col = (warp / RG) * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
+  const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
+  const bool qk_thread = tid < d_k;
+  float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
+  float* qkb = sm;
+  float* redb = sm + 6 * d_k;
+  float s[32];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
+  auto gates = [&](int i, float& decay, float& b) {
+    const int64_t ih = static_cast<int64_t>(i) * p.n_v + h;
+    if (p.alpha) {
+      decay = expf(p.ssm_a[h] * softplus(p.alpha[ih] + p.dt_bias[h]));
+      b = sigmoid(p.beta_in[ih]);
+    } else {
+      decay = expf(p.g[ih]);
+      b = p.beta[ih];
+    }
+  };
+  const float* c0 = p.conv;
+  if (qk_thread) {
+    qkb[tid] = c0[hk * d_k + tid];
+    qkb[d_k + tid] = c0[qk + hk * d_k + tid];
+  }
+  float v = c0[2 * qk + static_cast<int64_t>(h) * d_v + col], decay, b;
+  gates(0, decay, b);
+  __syncthreads();
+  for (int i = 0; i < p.t; ++i) {
+    const bool more = i + 1 < p.t;
+    float nq = 0.0f, nk = 0.0f, nv = 0.0f, ndecay = 1.0f, nb = 0.0f;
+    if (more) {
+      const float* cn = p.conv + static_cast<int64_t>(i + 1) * width;
+      if (qk_thread) {
+        nq = cn[hk * d_k + tid];
+        nk = cn[qk + hk * d_k + tid];
+      }
+      nv = cn[2 * qk + static_cast<int64_t>(h) * d_v + col];
+      gates(i + 1, ndecay, nb);
+    }
+    const float* qn = qkb + (i % 3) * 2 * d_k;
+    const float* kn = qn + d_k;
+    float pk = 0.0f, pq = 0.0f, kq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      s[j] *= decay;
+      pk += s[j] * kn[rg * 32 + j];
+      pq += s[j] * qn[rg * 32 + j];
+      kq += kn[rg * 32 + j] * qn[rg * 32 + j];
+    }
+    float* red = redb + (i & 1) * 3 * RG * d_v;
+    red[rg * d_v + col] = pk;
+    red[(RG + rg) * d_v + col] = pq;
+    red[(2 * RG + rg) * d_v + col] = kq;
+    if (more && qk_thread) {
+      float* nb_ = qkb + ((i + 1) % 3) * 2 * d_k;
+      nb_[tid] = nq;
+      nb_[d_k + tid] = nk;
+    }
+    __syncthreads();
+    float kvb = 0.0f, sq = 0.0f, kq_all = 0.0f;
+    for (int r = 0; r < RG; ++r) {
+      kvb += red[r * d_v + col];
+      sq += red[(RG + r) * d_v + col];
+      kq_all += red[(2 * RG + r) * d_v + col];
+    }
+    const float delta = b * (v - kvb);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
+    if (rg == 0) p.out[(static_cast<int64_t>(i) * p.n_v + h) * d_v + col] = sq + delta * kq_all;
+    v = nv;
+    decay = ndecay;
+    b = nb;
+  }
+#pragma unroll
+  for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
+  if (p.qkv) {  // the conv state: the last taps-1 inputs (t >= taps-1); key head hk's by block hk
+    const int64_t first = static_cast<int64_t>(p.t - (p.taps - 1)) * width;
+    for (int j = 0; j < p.taps - 1; ++j) {
+      const float* xj = p.qkv + first + j * width;
+      float* st = p.conv_state + static_cast<int64_t>(j) * width;
+      if (h < p.n_k && qk_thread) {
+        st[hk * d_k + tid] = xj[hk * d_k + tid];
+        st[qk + hk * d_k + tid] = xj[qk + hk * d_k + tid];
+      }
+      if (rg == 0)
+        st[2 * qk + static_cast<int64_t>(h) * d_v + col] = xj[2 * qk + static_cast<int64_t>(h) * d_v + col];
+    }
+  }
+}
+
 }  // namespace
 
 void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
@@ -345,6 +525,26 @@ void gdn_fused(const GdnFused& p, cudaStream_t s) {
   const int threads = (p.d_k / 32) * p.d_v;
   const size_t smem = (2 * p.d_k + 3 * (p.d_k / 32) * p.d_v + (p.alpha_w ? 2 * p.t : 0)) * sizeof(float);
   launch(gdn_fused_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
+}
+
+void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_w, float* conv, int t,
+                   int taps, int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s) {
+  const int threads = (std::max(d_k, d_v) + 31) / 32 * 32;
+  launch(gdn_conv_norm_kernel, dim3(static_cast<unsigned>(t), static_cast<unsigned>(2 * n_k + n_v)), threads,
+         0, s, qkv, conv_state, conv_w, conv, taps, n_k, n_v, d_k, d_v, eps);
+}
+
+void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
+                  int n_v, int t, float* alpha, float* beta_in, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((2 * n_v + 7) / 8),
+                  static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
+  launch(gdn_ab_batch_kernel, grid, 256, 0, s, x, wa, wb, row_bytes, type, k, n_v, t, alpha, beta_in);
+}
+
+void gdn_walk(const GdnFused& p, cudaStream_t s) {
+  const int threads = (p.d_k / 32) * p.d_v;
+  const size_t smem = (6 * p.d_k + 6 * (p.d_k / 32) * p.d_v) * sizeof(float);
+  launch(gdn_walk_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
 }
 
 }  // namespace bonsai::cuda

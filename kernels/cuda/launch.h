@@ -153,6 +153,18 @@ struct GdnFused {
   int ab_k = 0;
 };
 void gdn_fused(const GdnFused& p, cudaStream_t s);
+// Prefill form of the GDN site, for many tokens: gdn_ab_batch computes alpha / beta_in
+// [t][n_v] from x [t][k] and the raw (F32/F16/BF16) ssm_alpha / ssm_beta rows; gdn_conv_norm
+// writes conv [t][2·n_k·d_k + n_v·d_v] = silu(ssm_conv(qkv)) with q (times 1/√d_k) and k
+// L2-normalised, reading but not updating conv_state (taps <= 8); gdn_walk runs the
+// recurrence over them (p.conv; gates from p.alpha/beta_in or p.g/beta), writes the raw
+// outputs to p.out [t][n_v][d_v] (no norm, tiled head order) and, when p.qkv is given, the
+// new conv_state (t >= taps-1). Same shape limits as gdn_fused.
+void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
+                  int n_v, int t, float* alpha, float* beta_in, cudaStream_t s);
+void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_w, float* conv, int t,
+                   int taps, int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s);
+void gdn_walk(const GdnFused& p, cudaStream_t s);
 
 // Bytes per second of a device-to-device copy (read + write counted), for benchmarks.
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s);

@@ -34,6 +34,7 @@ class ProfilingBackend : public Backend {
   void prepare(Weight& w) override { inner_->prepare(w); }
   void unprepare(Weight& w) override { inner_->unprepare(w); }
   void sync() override { inner_->sync(); }
+  int preferred_prefill_chunk() const override { return inner_->preferred_prefill_chunk(); }
 
   void embed(const Weight& table, const int32_t* tokens, int t, float* out) override;
   void rmsnorm(const float* x, const Weight& gain, float* y, int64_t rows, int64_t n, float eps) override;

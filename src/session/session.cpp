@@ -24,10 +24,13 @@ struct Session::Impl {
     const ModelConfig& c = m.config();
     n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(c.n_ctx_train);
     if (n_ctx <= 0) usage_fail("context size must be positive (got {})", n_ctx);
-    if (o.prefill_chunk < 1 || o.prefill_chunk > 4096)
-      usage_fail("prefill chunk must be in [1, 4096] (got {})", o.prefill_chunk);
-    chunk = o.prefill_chunk;
+    if (o.prefill_chunk < 0 || o.prefill_chunk > 4096)
+      usage_fail("prefill chunk must be in [1, 4096], or 0 for the backend's choice (got {})",
+                 o.prefill_chunk);
     backend = create_backend(o.path, o.n_threads);
+    // 0: the backend's preference (a GPU amortises each weight pass over more tokens), else 64
+    chunk = o.prefill_chunk > 0 ? o.prefill_chunk : backend->preferred_prefill_chunk();
+    if (chunk <= 0) chunk = 64;
     if (o.profile) {
       auto p = std::make_unique<ProfilingBackend>(std::move(backend));
       profiler = p.get();
