@@ -161,6 +161,13 @@ void CpuBackend::ssm_conv(const float* x, float* state, const Weight& w, float* 
   });
 }
 
+void CpuBackend::gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
+                               float eps) {
+  if (isa_ == Isa::Scalar) return RefBackend::gated_rmsnorm(o, z, w, y, rows, d, eps);
+  ref::rmsnorm(o, w.f32(), y, rows, d, eps);  // the reference's norm, then y ← silu(z)·y 8 lanes at a time
+  cpu::swiglu_avx2(z, y, y, rows * d);
+}
+
 void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                                 const GdnShape& s) {
   // Tokens are sequential; value heads are independent: one task per head, the

@@ -34,6 +34,8 @@ class CpuBackend : public RefBackend {
                       const GdnShape& s) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
+  void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
+                     float eps) override;
   // Load-time repacks (kernels/cpu/repack.h: PTQ1_0 → PQ2_0 by default, PQ2_0
   // copied to huge pages on request); w.data stays the file's bytes for other ops.
   void prepare(Weight& w) override;

@@ -20,7 +20,7 @@ namespace bonsai::cpu {
 void ssm_conv_avx2(const float* x, float* state, const float* w, float* out, int t, int64_t channels,
                    int taps, int64_t c0, int64_t c1);
 
-// a[i] = silu(g[i]) · u[i] for i in [0, n); AVX2 + FMA.
+// a[i] = silu(g[i]) · u[i] for i in [0, n); AVX2 + FMA. a may alias u (in place).
 void swiglu_avx2(const float* g, const float* u, float* a, int64_t n);
 
 // y[i] = silu(x[i]) for i in [0, n) (used by tests to bound the exp error).
