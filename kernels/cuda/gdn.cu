@@ -367,17 +367,18 @@ __global__ void gdn_conv_norm_kernel(const float* __restrict__ qkv, const float*
 }
 
 // Prefill: alpha / beta_in [t][n_v] = x [t][k] · rows 0..n_v-1 of wa / wb (raw F32, F16 or
-// BF16 rows of row_bytes). Warp per weight row, a tile of kAbTile tokens per block: the row
-// is read once per tile, the tile's inputs are shared through L1 by the block's 8 warps.
+// BF16 rows of row_bytes). Block per (weight row, tile of kAbTile tokens); its 8 warps split
+// the k columns (short dependent chains: the kernel is latency-bound) and their partial sums
+// are added in warp order (deterministic).
 constexpr int kAbTile = 16;
 __global__ void __launch_bounds__(256)
     gdn_ab_batch_kernel(const float* __restrict__ x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes,
                         RawType type, int k, int n_v, int t, float* alpha, float* beta_in) {
+  __shared__ float part[8][kAbTile];
   pdl_trigger();
   pdl_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = blockIdx.x * 8 + warp, i0 = blockIdx.y * kAbTile;
-  if (r >= 2 * n_v) return;
+  const int r = blockIdx.x, i0 = blockIdx.y * kAbTile;
   const bool is_b = r >= n_v;
   const int h = is_b ? r - n_v : r;
   const uint8_t* row = (is_b ? wb : wa) + static_cast<size_t>(h) * row_bytes;
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(256)
   float acc[kAbTile] = {};
   auto dot = [&](auto at) {
 #pragma unroll 2
-    for (int c = lane; c < k; c += 32) {
+    for (int c = threadIdx.x; c < k; c += 256) {
       const float wv = at(row, c);
 #pragma unroll
       for (int j = 0; j < kAbTile; ++j)
@@ -398,20 +399,25 @@ __global__ void __launch_bounds__(256)
     dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::F16); });
   else
     dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::BF16); });
-  float* y = is_b ? beta_in : alpha;
 #pragma unroll
   for (int j = 0; j < kAbTile; ++j) {
     const float v = warp_sum(acc[j]);
-    if (lane == 0 && j < nt) y[static_cast<int64_t>(i0 + j) * n_v + h] = v;
+    if (lane == 0) part[warp][j] = v;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < nt) {
+    float v = 0.0f;
+    for (int w = 0; w < 8; ++w) v += part[w][threadIdx.x];
+    (is_b ? beta_in : alpha)[static_cast<int64_t>(i0 + threadIdx.x) * n_v + h] = v;
   }
 }
 
 // Prefill: the delta rule over t tokens whose q and k gdn_conv_norm has normalised, gates
 // from alpha/beta_in (or g/beta), raw outputs o [t][n_v][d_v], and (qkv given) the new conv
-// state; block per value head, the fused
-// kernel's layout and one-reduction step. Token i+1's q/k are staged into shared memory
-// (three buffers) and its other inputs loaded while token i is processed, and the partial
-// sums alternate between two buffers, so a token costs a single barrier.
+// state; block per value head, the fused kernel's layout and one-reduction step. Inputs are
+// loaded two tokens ahead, q/k staged into shared memory one token ahead (three buffers),
+// and the partial sums alternate between two buffers, so a token costs a single barrier and
+// no wait on memory.
 __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
   extern __shared__ float sm[];  // qk[3][2][d_k], red[2][3][RG][d_v]
   pdl_trigger();
@@ -427,36 +433,42 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
   float s[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
-  auto gates = [&](int i, float& decay, float& b) {
+  // token i's inputs as loaded (the gates' raw alpha/beta_in, or g/beta)
+  auto load_tok = [&](int i, float& q, float& k, float& v, float& ga, float& gb) {
+    const float* cn = p.conv + static_cast<int64_t>(i) * width;
+    if (qk_thread) {
+      q = cn[hk * d_k + tid];
+      k = cn[qk + hk * d_k + tid];
+    }
+    v = cn[2 * qk + static_cast<int64_t>(h) * d_v + col];
     const int64_t ih = static_cast<int64_t>(i) * p.n_v + h;
+    ga = p.alpha ? p.alpha[ih] : p.g[ih];
+    gb = p.alpha ? p.beta_in[ih] : p.beta[ih];
+  };
+  auto gate = [&](float ga, float gb, float& decay, float& b) {
     if (p.alpha) {
-      decay = expf(p.ssm_a[h] * softplus(p.alpha[ih] + p.dt_bias[h]));
-      b = sigmoid(p.beta_in[ih]);
+      decay = expf(p.ssm_a[h] * softplus(ga + p.dt_bias[h]));
+      b = sigmoid(gb);
     } else {
-      decay = expf(p.g[ih]);
-      b = p.beta[ih];
+      decay = expf(ga);
+      b = gb;
     }
   };
-  const float* c0 = p.conv;
+  // Two tokens ahead: token i+2 is loaded into registers while token i is processed, token
+  // i+1 (loaded one step earlier, so its values have arrived) goes to shared memory.
+  float q0 = 0.0f, k0 = 0.0f, v, ga, gb, decay, b;
+  load_tok(0, q0, k0, v, ga, gb);
   if (qk_thread) {
-    qkb[tid] = c0[hk * d_k + tid];
-    qkb[d_k + tid] = c0[qk + hk * d_k + tid];
+    qkb[tid] = q0;
+    qkb[d_k + tid] = k0;
   }
-  float v = c0[2 * qk + static_cast<int64_t>(h) * d_v + col], decay, b;
-  gates(0, decay, b);
+  gate(ga, gb, decay, b);
+  float q1 = 0.0f, k1 = 0.0f, v1 = 0.0f, ga1 = 0.0f, gb1 = 0.0f;
+  if (p.t > 1) load_tok(1, q1, k1, v1, ga1, gb1);
   __syncthreads();
   for (int i = 0; i < p.t; ++i) {
-    const bool more = i + 1 < p.t;
-    float nq = 0.0f, nk = 0.0f, nv = 0.0f, ndecay = 1.0f, nb = 0.0f;
-    if (more) {
-      const float* cn = p.conv + static_cast<int64_t>(i + 1) * width;
-      if (qk_thread) {
-        nq = cn[hk * d_k + tid];
-        nk = cn[qk + hk * d_k + tid];
-      }
-      nv = cn[2 * qk + static_cast<int64_t>(h) * d_v + col];
-      gates(i + 1, ndecay, nb);
-    }
+    float q2 = 0.0f, k2 = 0.0f, v2 = 0.0f, ga2 = 0.0f, gb2 = 0.0f;
+    if (i + 2 < p.t) load_tok(i + 2, q2, k2, v2, ga2, gb2);
     const float* qn = qkb + (i % 3) * 2 * d_k;
     const float* kn = qn + d_k;
     float pk = 0.0f, pq = 0.0f, kq = 0.0f;
@@ -471,10 +483,10 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
     red[rg * d_v + col] = pk;
     red[(RG + rg) * d_v + col] = pq;
     red[(2 * RG + rg) * d_v + col] = kq;
-    if (more && qk_thread) {
-      float* nb_ = qkb + ((i + 1) % 3) * 2 * d_k;
-      nb_[tid] = nq;
-      nb_[d_k + tid] = nk;
+    if (i + 1 < p.t && qk_thread) {
+      float* nxt = qkb + ((i + 1) % 3) * 2 * d_k;
+      nxt[tid] = q1;
+      nxt[d_k + tid] = k1;
     }
     __syncthreads();
     float kvb = 0.0f, sq = 0.0f, kq_all = 0.0f;
@@ -487,9 +499,13 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
 #pragma unroll
     for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
     if (rg == 0) p.out[(static_cast<int64_t>(i) * p.n_v + h) * d_v + col] = sq + delta * kq_all;
-    v = nv;
-    decay = ndecay;
-    b = nb;
+    v = v1;
+    gate(ga1, gb1, decay, b);
+    q1 = q2;
+    k1 = k2;
+    v1 = v2;
+    ga1 = ga2;
+    gb1 = gb2;
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
@@ -536,8 +552,7 @@ void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_
 
 void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
                   int n_v, int t, float* alpha, float* beta_in, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((2 * n_v + 7) / 8),
-                  static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
+  const dim3 grid(static_cast<unsigned>(2 * n_v), static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
   launch(gdn_ab_batch_kernel, grid, 256, 0, s, x, wa, wb, row_bytes, type, k, n_v, t, alpha, beta_in);
 }
 
