@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(256)
 
 // Prefill: the delta rule over t tokens whose q and k gdn_conv_norm has normalised, gates
 // from alpha/beta_in (or g/beta), raw outputs o [t][n_v][d_v], and (qkv given) the new conv
-// state; block per value head, the fused kernel's layout and one-reduction step. Inputs are
+// state; block per (value head, 32 columns), the fused kernel's one-reduction step. Inputs are
 // loaded two tokens ahead, q/k staged into shared memory one token ahead (three buffers),
 // and the partial sums alternate between two buffers, so a token costs a single barrier and
 // no wait on memory.
@@ -424,7 +424,9 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
   pdl_wait();
   const int d_k = p.d_k, d_v = p.d_v, RG = d_k / 32;
   const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rg = warp % RG, col = (warp / RG) * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
+  // block (value head, 32-column group): the state's columns are independent, and d_v/32
+  // blocks per head spread the walk's per-token work over 4x the SMs; warp = row group.
+  const int rg = warp, col = blockIdx.y * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
   const bool qk_thread = tid < d_k;
   float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
@@ -514,7 +516,7 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
     for (int j = 0; j < p.taps - 1; ++j) {
       const float* xj = p.qkv + first + j * width;
       float* st = p.conv_state + static_cast<int64_t>(j) * width;
-      if (h < p.n_k && qk_thread) {
+      if (h < p.n_k && blockIdx.y == 0 && qk_thread) {
         st[hk * d_k + tid] = xj[hk * d_k + tid];
         st[qk + hk * d_k + tid] = xj[qk + hk * d_k + tid];
       }
@@ -557,9 +559,9 @@ void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t r
 }
 
 void gdn_walk(const GdnFused& p, cudaStream_t s) {
-  const int threads = (p.d_k / 32) * p.d_v;
   const size_t smem = (6 * p.d_k + 6 * (p.d_k / 32) * p.d_v) * sizeof(float);
-  launch(gdn_walk_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
+  launch(gdn_walk_kernel, dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>(p.d_v / 32)),
+         static_cast<unsigned>(p.d_k), smem, s, p);
 }
 
 }  // namespace bonsai::cuda
