@@ -31,9 +31,13 @@ __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// silu(x) = x / (1 + exp(−x)); below x = −88 exp(−x) would be clamped (so
+// x / (1 + e^88.4) would stay as large as −4e-9 for x = −1e30): there the
+// result is 0 (NaN still propagates: the mask keeps unordered lanes).
 __m256 silu8(__m256 x) {
   const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
-  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  const __m256 r = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  return _mm256_and_ps(r, _mm256_cmp_ps(x, _mm256_set1_ps(-88.0f), _CMP_NLT_UQ));
 }
 
 // The tail (< 8 elements) through a zero-padded stack copy.
