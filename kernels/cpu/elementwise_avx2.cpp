@@ -82,7 +82,29 @@ void ssm_conv_avx2(const float* x, float* state, const float* w, float* out, int
   int64_t c = c0;
   for (; taps <= kMaxTaps && c + 8 <= c1; c += 8) {
     __m256 wj[kMaxTaps];
-    for (int j = 0; j < taps; ++j) wj[j] = _mm256_i32gather_ps(w + c * taps + j, idx, 4);
+    if (taps == 4) {
+      // The 27B's 4 taps: 8 channels' weights are 32 consecutive floats;
+      // a 4 × 8 transpose (8 shuffles) instead of 4 gathers.
+      const float* wc = w + c * 4;
+      const __m256 r0 = _mm256_loadu_ps(wc), r1 = _mm256_loadu_ps(wc + 8);        // ch 0,1 | 2,3
+      const __m256 r2 = _mm256_loadu_ps(wc + 16), r3 = _mm256_loadu_ps(wc + 24);  // ch 4,5 | 6,7
+      // Lanes (128-bit halves) hold one channel each: swap halves so that
+      // each register holds channels (0,4) | (1,5) etc., then unpack.
+      const __m256 a0 = _mm256_permute2f128_ps(r0, r2, 0x20);  // ch0 | ch4
+      const __m256 a1 = _mm256_permute2f128_ps(r0, r2, 0x31);  // ch1 | ch5
+      const __m256 a2 = _mm256_permute2f128_ps(r1, r3, 0x20);  // ch2 | ch6
+      const __m256 a3 = _mm256_permute2f128_ps(r1, r3, 0x31);  // ch3 | ch7
+      const __m256 t0 = _mm256_unpacklo_ps(a0, a1);            // c0t0 c1t0 c0t1 c1t1 | c4.. c5..
+      const __m256 t1 = _mm256_unpackhi_ps(a0, a1);            // c0t2 c1t2 c0t3 c1t3 | ...
+      const __m256 t2 = _mm256_unpacklo_ps(a2, a3);            // c2t0 c3t0 c2t1 c3t1 | ...
+      const __m256 t3 = _mm256_unpackhi_ps(a2, a3);
+      wj[0] = _mm256_shuffle_ps(t0, t2, 0x44);  // c0t0 c1t0 c2t0 c3t0 | c4t0 ..
+      wj[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+      wj[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+      wj[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+    } else {
+      for (int j = 0; j < taps; ++j) wj[j] = _mm256_i32gather_ps(w + c * taps + j, idx, 4);
+    }
     for (int i = 0; i < t; ++i) {
       const __m256 xi = _mm256_loadu_ps(x + static_cast<int64_t>(i) * channels + c);
       __m256 acc = _mm256_setzero_ps();
