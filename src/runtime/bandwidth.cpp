@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "runtime/cpu_features.h"
 
@@ -55,8 +56,11 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
   double best = 0;
   // Both page sizes: 4 KiB pages (the page cache behind a mapped model) and
   // 2 MiB pages where THP is available (the CPU backend's repacked weights;
-  // streaming reads run ~15-40 % faster on them here). The yardstick is the
-  // faster of the two, so no figure is flattered by a slow reference loop.
+  // streaming kernels run up to ~30 % faster on them here). The yardstick is
+  // the faster of the two, so no figure is flattered by a slow reference loop.
+  // Per page size it is the median pass: this VM's bandwidth moves with other
+  // guests of the host, and a best-of-N picks their rare idle moments (single
+  // passes of 48-55 GB/s against a typical 30-35).
   for (bool huge : {false, true}) {
     std::unique_ptr<uint8_t[], FreeAligned> buf(
         static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{4096})));
@@ -68,14 +72,17 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
     // 2 MiB tasks handed out dynamically, as the matvec chunks are.
     constexpr size_t kTask = size_t{2} << 20;
     std::atomic<uint64_t> sink{0};
+    std::vector<double> rates;
     for (int r = 0; r < reps; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       pool.parallel_for(static_cast<int64_t>(bytes / kTask), [&](int64_t c, int) {
         sink += sum_bytes(buf.get() + static_cast<size_t>(c) * kTask, kTask);
       });
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::max(best, static_cast<double>(bytes) / s);
+      rates.push_back(static_cast<double>(bytes) / s);
     }
+    std::sort(rates.begin(), rates.end());
+    if (!rates.empty()) best = std::max(best, rates[rates.size() / 2]);
   }
   return best;
 }

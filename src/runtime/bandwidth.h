@@ -13,8 +13,8 @@ namespace bonsai {
 uint64_t sum_bytes(const uint8_t* p, size_t n);
 
 // Sums a `bytes`-sized buffer (≫ LLC) with wide loads split across the pool's
-// threads, on 4 KiB pages and on huge pages (MADV_HUGEPAGE); returns the best
-// of `reps` passes of either, in bytes per second.
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t{1} << 30, int reps = 3);
+// threads, `reps` passes on 4 KiB pages and on huge pages (MADV_HUGEPAGE);
+// returns the larger of the two medians, in bytes per second.
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t{1} << 30, int reps = 5);
 
 }  // namespace bonsai
