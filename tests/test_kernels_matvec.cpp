@@ -312,6 +312,37 @@ TEST(MatvecMulti, EqualsSeparateMatvecs) {
   }
 }
 
+// Matrices of many 1 MiB chunks take the split whose last chunks are cut
+// finer (matvec.cpp, ChunkPlan); every row must still be computed exactly
+// once, bit-identical to one sequential pass (per row the kernels add in the
+// same order whatever the row grouping). 5120 × 1605 PQ2_0 is 2.2 MB: 8
+// chunks of 208 rows (283 KB), the last 1-2 chunks' worth cut into 32-row
+// pieces, the last one partial.
+TEST(MatvecSplit, ManyChunksEqualOneSequentialPass) {
+  std::mt19937 rng(9);
+  const int64_t k = 5120;
+  const Matrix m = random_ternary(DType::PQ2_0, 1605, k, rng, false);
+  const std::vector<float> x = make_input(Input::Gaussian, k, rng);
+  PreparedAct act;
+  prepare_act(x.data(), k, Precision::Faithful, act, layouts_for(DType::PQ2_0));
+  const Isa isa = best_isa();
+  std::vector<float> ref(m.n);
+  matvec_rows(m.view(), act, ref.data(), 0, m.n, isa);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> y(m.n, std::nanf(""));
+    matvec(m.view(), act, y.data(), pool, isa);
+    for (int64_t r = 0; r < m.n; ++r) ASSERT_EQ(y[r], ref[r]) << "threads " << threads << " row " << r;
+    // The same rows as the second job of a matvec_multi (row space offset by 3).
+    const Matrix small = random_ternary(DType::PQ2_0, 3, k, rng, false);
+    std::vector<float> ys(3), y2(m.n, std::nanf(""));
+    const MatvecJob jobs[] = {{small.view(), ys.data()}, {m.view(), y2.data()}};
+    matvec_multi(jobs, act, pool, isa);
+    for (int64_t r = 0; r < m.n; ++r)
+      ASSERT_EQ(y2[r], ref[r]) << "multi, threads " << threads << " row " << r;
+  }
+}
+
 TEST(MatvecChecks, RejectsMismatchedInputs) {
   std::mt19937 rng(3);
   const Matrix m = random_ternary(DType::PQ2_0, 4, 256, rng, false);
