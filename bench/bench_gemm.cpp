@@ -143,8 +143,8 @@ const GemmWeights& gemm_weights(DType type, int64_t k, int64_t n) {
   return ws;
 }
 
-void BM_gemm(benchmark::State& state, DType type, cpu::Precision prec) {
-  if (!cpu::gemm_supported(type, Isa::Avx512)) {
+void BM_gemm(benchmark::State& state, DType type, cpu::Precision prec, Isa isa = Isa::Avx512) {
+  if (!cpu::gemm_supported(type, isa)) {
     state.SkipWithError("no GEMM kernel for this CPU");
     return;
   }
@@ -160,7 +160,7 @@ void BM_gemm(benchmark::State& state, DType type, cpu::Precision prec) {
   ThreadPool& tp = pool(threads);
   const cpu::WeightView w{type, ws.bytes.data(), n, k};
   for (auto _ : state) {
-    cpu::gemm(w, batch, y.data(), tp, Isa::Avx512);
+    cpu::gemm(w, batch, y.data(), tp, isa);
     benchmark::DoNotOptimize(y.data());
   }
   const double macs = static_cast<double>(state.iterations()) * n * k * t;
@@ -191,6 +191,9 @@ BENCHMARK_CAPTURE(BM_gemm, pq2_int8, DType::PQ2_0, cpu::Precision::Int8)
     ->Args({5120, 17408, 64, 2})
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_gemm, ptq1_faithful, DType::PTQ1_0, cpu::Precision::Faithful)
+    ->Args({5120, 17408, 64, 2})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_gemm, pq2_faithful_avx2, DType::PQ2_0, cpu::Precision::Faithful, Isa::Avx2)
     ->Args({5120, 17408, 64, 2})
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_gemm, q2g64_faithful, DType::Q2_0_G64, cpu::Precision::Faithful)
