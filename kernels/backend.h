@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
+#include "kernels/ref/topk.h"
 #include "kernels/weight.h"
 
 namespace bonsai {
@@ -56,6 +58,19 @@ class Backend {
   virtual void sync() {}
   // Tokens per prefill chunk this backend runs best with (0: no preference; Session uses 64).
   virtual int preferred_prefill_chunk() const { return 0; }
+
+  // ---- the head's candidates ------------------------------------------------------
+  // The k best of x[0..n) (backend memory) into host arrays ids[k] / values[k], best first:
+  // the larger value first, NaN as -inf, equal values by the lower index (ref::top_k; the
+  // order Sampler ranks logits in, so k = 1 is the greedy token). 1 <= k <= min(n, kMaxTopK).
+  // The default brings x to the host and selects there; a GPU backend selects on the device
+  // so that only the 2k words cross.
+  virtual void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+    ref::check_top_k(n, k);
+    std::vector<float> host(static_cast<size_t>(n));
+    to_host(host.data(), x, host.size());
+    ref::top_k(host.data(), n, k, ids, values);
+  }
 
   // ---- embedding and norms -------------------------------------------------
   // out[i] = dequantized row tokens[i] of table ([t][table.k]); token ids are host memory.

@@ -36,6 +36,12 @@ struct SamplerParams {
   void validate() const;
 };
 
+// One of the best logits, as Session::decode_top_k returns them.
+struct TokenLogit {
+  int32_t id;
+  float logit;
+};
+
 struct TokenProb {
   int32_t id;
   float logit;  // after penalties and temperature
@@ -54,6 +60,15 @@ class Sampler {
   // by probability (descending; ties by id), probabilities summing to 1.
   std::vector<TokenProb> distribution(std::span<const float> logits) const;
 
+  // How many of the best logits sample() reads, for the current parameters and history:
+  // 1 when greedy, top_k when top-k is on (top-p and min-p then see only those), 0 when it
+  // needs them all (top-k off, or a penalty active: it may move any recorded id).
+  int32_t candidates_needed() const;
+  // sample() from the best candidates_needed() or more logits of the vocabulary (in any
+  // order; NaN counts as -inf): the same token, and the same RNG draws, as sample() of
+  // the full logits. Throws bonsai::Error when the full logits are needed or too few are given.
+  int32_t sample_best(std::span<const TokenLogit> best);
+
   // Records a token (prompt or generated) for the penalties.
   void accept(int32_t id);
   // Forgets the recorded tokens (a new conversation); the RNG continues.
@@ -69,6 +84,9 @@ class Sampler {
  private:
   bool penalties_active() const;
   void apply_penalties(std::vector<TokenProb>& c) const;
+  // distribution() after the top-k cut: c holds the survivors, sorted best first.
+  std::vector<TokenProb> shape(std::vector<TokenProb> c) const;
+  int32_t draw(const std::vector<TokenProb>& d);
 
   SamplerParams p_;
   size_t last_n_ = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bonsai/model.h"
+#include "bonsai/sampler.h"
 
 namespace bonsai {
 
@@ -49,6 +50,13 @@ class Session {
   // the next token (valid until the next call). Throws bonsai::Error when the
   // context is full or the token id is out of range.
   std::span<const float> decode(int32_t token);
+  // Feeds one token like decode() but returns only the k best of the first n logits
+  // (n = 0: all n_vocab), best first (larger logit, then lower id; NaN as -inf), selected
+  // by the backend so that a GPU copies 2k words instead of the row
+  // (Sampler::candidates_needed says when that is enough). 1 <= k <= min(n, kMaxTopK).
+  // The full logits stay available to snapshot() / the prefill() that follows.
+  std::span<const TokenLogit> decode_top_k(int32_t token, int k, int64_t n = 0);
+  static constexpr int kMaxTopK = 64;
   // Feeds several tokens (the prompt) in batches of prefill_chunk(); returns the
   // logits after the last one. Leaves the session in the state a token-by-token
   // walk would.

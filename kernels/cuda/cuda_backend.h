@@ -69,6 +69,8 @@ class CudaBackend : public Backend {
                      float eps) override;
   void attention_site(const AttentionSite& a, int t, int pos0) override;
   void gdn_site(const GdnSite& a, int t) override;
+  // Two-pass selection on the device (kernels/cuda/topk.cu); only the 2k words are copied.
+  void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) override;
 
   bool replay_step(const int32_t* tokens, int t, int pos0) override;
   bool begin_capture(const int32_t* tokens, int t, int pos0) override;

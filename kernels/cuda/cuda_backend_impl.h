@@ -124,6 +124,8 @@ struct CudaBackend::Impl {
   Growable gdn_counters;  // last-block hand-off of the GDN site's conv state (kept zero)
   PinnedPtr step_host;
   DevicePtr step_mem;
+  Growable topk;       // top_k: pass-1 candidates, then the result (ids[k], values[k])
+  PinnedPtr topk_host;  // the result's host copy, 2 * kMaxTopK words
 
   // Upload staging: two pinned + two device slots, so filling one overlaps the copy of the other.
   PinnedPtr pinned[2];

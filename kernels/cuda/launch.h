@@ -166,6 +166,12 @@ void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_
                    int taps, int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s);
 void gdn_walk(const GdnFused& p, cudaStream_t s);
 
+// ---- the head's candidates ---------------------------------------------------------------
+// Backend::top_k on the device: the k best of x [n] (1 <= k <= min(n, kMaxTopK)) into out,
+// ids [k] (int32) then values [k] (f32 bits); scratch holds top_k_scratch_words(n, k) words.
+size_t top_k_scratch_words(int64_t n, int k);
+void top_k(const float* x, int64_t n, int k, uint32_t* scratch, uint32_t* out, cudaStream_t s);
+
 // Bytes per second of a device-to-device copy (read + write counted), for benchmarks.
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s);
 

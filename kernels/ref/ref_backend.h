@@ -27,6 +27,10 @@ class RefBackend : public Backend {
   void from_host(float* dst, const float* src, size_t n) override;
   void copy(float* dst, const float* src, size_t n) override;
   void zero(float* p, size_t n) override;
+  // Host memory: selects in place, without the default's copy.
+  void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) override {
+    ref::top_k(x, n, k, ids, values);
+  }
 
   void embed(const Weight& table, const int32_t* tokens, int t, float* out) override;
   void rmsnorm(const float* x, const Weight& gain, float* y, int64_t rows, int64_t n, float eps) override;

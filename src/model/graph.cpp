@@ -204,27 +204,42 @@ const float* Graph::signs_for(int64_t k) const {
 }
 
 void Graph::forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits) {
-  if (pos0 + t > state_.n_ctx) fail("context full: {} positions needed, n_ctx = {}", pos0 + t, state_.n_ctx);
-  ensure_scratch(t);
   // Head: only the rows whose logits are wanted.
   const int first = all_logits ? 0 : t - 1;
   const int rows = t - first;
+  compute(tokens, t, pos0, logits_host != nullptr, first);
+  if (!logits_host) return;  // a prefill chunk whose logits nobody reads
+  be_.to_host(logits_host, s_->logits, static_cast<size_t>(rows) * c_.n_vocab);
+}
+
+void Graph::forward_top_k(int32_t token, int pos0, int k, int64_t n, int32_t* ids, float* values) {
+  if (n < 1 || n > static_cast<int64_t>(c_.n_vocab)) fail("top_k over {} logits of {}", n, c_.n_vocab);
+  compute(&token, 1, pos0, true, 0);
+  be_.top_k(s_->logits, n, k, ids, values);
+}
+
+void Graph::logits_to_host(float* host) {
+  if (!s_) fail("logits_to_host: nothing has run yet");
+  be_.to_host(host, s_->logits, c_.n_vocab);
+}
+
+void Graph::compute(const int32_t* tokens, int t, int pos0, bool head, int first) {
+  if (pos0 + t > state_.n_ctx) fail("context full: {} positions needed, n_ctx = {}", pos0 + t, state_.n_ctx);
+  ensure_scratch(t);
   // A decode step (one token, logits wanted) issues the same ops on the same buffers every
   // time; backends that can (CUDA graphs) record it once and replay it, with pos0 and the
   // token id read from backend memory (Backend::replay_step / begin_capture).
-  const bool step = t == 1 && logits_host && dump_dir_.empty();
+  const bool step = t == 1 && head && dump_dir_.empty();
   if (!(step && be_.replay_step(tokens, t, pos0))) {
     const bool capturing = step && be_.begin_capture(tokens, t, pos0);
     try {
-      forward_ops(tokens, t, pos0, logits_host != nullptr, first);
+      forward_ops(tokens, t, pos0, head, first);
     } catch (...) {
       if (capturing) be_.drop_capture();
       throw;
     }
     if (capturing) be_.end_capture();
   }
-  if (!logits_host) return;  // a prefill chunk whose logits nobody reads
-  be_.to_host(logits_host, s_->logits, static_cast<size_t>(rows) * c_.n_vocab);
 }
 
 void Graph::forward_ops(const int32_t* tokens, int t, int pos0, bool head, int first) {

@@ -34,6 +34,11 @@ class Graph {
   // all t rows ([t][n_vocab]) when all_logits, else only the last row; none
   // (the head is skipped) when logits_host is nullptr.
   void forward(const int32_t* tokens, int t, int pos0, float* logits_host, bool all_logits);
+  // Runs one token like forward() but brings only the k best of the first n logits to the
+  // host (Backend::top_k: ids[k], values[k], best first). The full row stays in backend
+  // memory until the next forward: logits_to_host() copies it.
+  void forward_top_k(int32_t token, int pos0, int k, int64_t n, int32_t* ids, float* values);
+  void logits_to_host(float* host);  // [n_vocab]: the head's first row of the last forward
   void reset_state();
   GraphState& state() { return state_; }
   // Copies of the state for snapshot/restore (host memory).
@@ -45,6 +50,8 @@ class Graph {
  private:
   struct Scratch;
   void ensure_scratch(int t);
+  // The layers and, when `head`, the head (rows first..t-1) into the backend's logits buffer.
+  void compute(const int32_t* tokens, int t, int pos0, bool head, int first);
   // The ops of forward(): the layers, then the head (rows first..t-1) when `head`.
   void forward_ops(const int32_t* tokens, int t, int pos0, bool head, int first);
   void name(const char* what, int layer, const float* p, int64_t width, int t, int pos0);

@@ -70,34 +70,61 @@ void Sampler::apply_penalties(std::vector<TokenProb>& c) const {
   }
 }
 
+namespace {
+bool better(const TokenProb& a, const TokenProb& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+// A NaN logit can never be chosen.
+float sane(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
+}  // namespace
+
 std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) const {
   if (logits.empty()) fail("sampler: no logits");
   std::vector<TokenProb> c(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float l = logits[i];
-    // A NaN logit can never be chosen.
-    c[i] = {static_cast<int32_t>(i), std::isnan(l) ? -std::numeric_limits<float>::infinity() : l, 0.0f};
-  }
+  for (size_t i = 0; i < logits.size(); ++i) c[i] = {static_cast<int32_t>(i), sane(logits[i]), 0.0f};
   if (penalties_active()) apply_penalties(c);
 
-  const auto better = [](const TokenProb& a, const TokenProb& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
   if (p_.temp <= 0.0f) {
     const TokenProb best = *std::min_element(c.begin(), c.end(), better);
     return {{best.id, best.logit, 1.0f}};
   }
 
   // top-k (sorted), else a full sort: top-p and the final order need it.
-  size_t n = c.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    n = static_cast<size_t>(p_.top_k);
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < c.size()) {
+    const size_t n = static_cast<size_t>(p_.top_k);
     std::partial_sort(c.begin(), c.begin() + n, c.end(), better);
     c.resize(n);
   } else {
     std::sort(c.begin(), c.end(), better);
   }
+  return shape(std::move(c));
+}
 
+int32_t Sampler::candidates_needed() const {
+  if (penalties_active()) return 0;
+  if (p_.temp <= 0.0f) return 1;
+  return p_.top_k;  // 0: off, every logit takes part
+}
+
+// Identical to distribution() of the full logits: `better` is a strict total order (ids
+// are distinct), so the full path's min_element / partial_sort picks exactly the first
+// one / top_k of the best ones sorted the same way, and nothing after the top-k cut
+// looks beyond it. (With top_k >= n_vocab the full path sorts everything; then the
+// caller has passed every logit.)
+int32_t Sampler::sample_best(std::span<const TokenLogit> best) {
+  const int32_t need = candidates_needed();
+  if (need <= 0) fail("sampler: these settings need the full logits, not the best few");
+  if (best.size() < static_cast<size_t>(need))
+    fail("sampler: {} candidates given, {} needed", best.size(), need);
+  std::vector<TokenProb> c(best.size());
+  for (size_t i = 0; i < best.size(); ++i) c[i] = {best[i].id, sane(best[i].logit), 0.0f};
+  std::sort(c.begin(), c.end(), better);
+  c.resize(static_cast<size_t>(need));
+  if (p_.temp <= 0.0f) return c[0].id;
+  return draw(shape(std::move(c)));
+}
+
+std::vector<TokenProb> Sampler::shape(std::vector<TokenProb> c) const {
   auto softmax = [](std::vector<TokenProb>& v, float scale) {
     const float mx = v[0].logit;  // v is sorted: the maximum comes first
     double sum = 0.0;
@@ -135,8 +162,9 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) cons
   return c;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  const std::vector<TokenProb> d = distribution(logits);
+int32_t Sampler::sample(std::span<const float> logits) { return draw(distribution(logits)); }
+
+int32_t Sampler::draw(const std::vector<TokenProb>& d) {
   if (d.size() == 1) return d[0].id;
   // u in [0, 1) from the top 53 bits; walk the cumulative distribution.
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;

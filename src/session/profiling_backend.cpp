@@ -33,6 +33,9 @@ void ProfilingBackend::to_host(float* d, const float* s, size_t n) { timed("to_h
 void ProfilingBackend::from_host(float* d, const float* s, size_t n) { timed("from_host", 0, [&] { inner_->from_host(d, s, n); }); }
 void ProfilingBackend::copy(float* d, const float* s, size_t n) { timed("copy", 0, [&] { inner_->copy(d, s, n); }); }
 void ProfilingBackend::zero(float* p, size_t n) { timed("zero", 0, [&] { inner_->zero(p, n); }); }
+void ProfilingBackend::top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
+  timed("top_k", 0, [&] { inner_->top_k(x, n, k, ids, values); });
+}
 void ProfilingBackend::embed(const Weight& table, const int32_t* tokens, int t, float* out) {
   timed("embed", 0, [&] { inner_->embed(table, tokens, t, out); });
 }

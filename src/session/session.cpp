@@ -18,7 +18,11 @@ struct Session::Impl {
   int pos = 0;
   int chunk = 64;
   uint64_t processed = 0;
-  std::vector<float> logits;  // [n_vocab] after the last token
+  std::vector<float> logits;      // [n_vocab] after the last token (when logits_on_host)
+  bool logits_on_host = true;     // false after decode_top_k: the row is still in backend memory
+  std::vector<int32_t> best_ids;  // decode_top_k's result
+  std::vector<float> best_values;
+  std::vector<TokenLogit> best;
 
   Impl(const Model& m, const SessionOptions& o) : model(m) {
     const ModelConfig& c = m.config();
@@ -41,6 +45,12 @@ struct Session::Impl {
     logits.assign(c.n_vocab, 0.0f);
   }
 
+  std::vector<float>& host_logits() {
+    if (!logits_on_host) graph->logits_to_host(logits.data());
+    logits_on_host = true;
+    return logits;
+  }
+
   void check_token(int32_t tok) const {
     if (tok < 0 || static_cast<uint32_t>(tok) >= model.config().n_vocab)
       fail("token id {} is out of range [0, {})", tok, model.config().n_vocab);
@@ -55,14 +65,36 @@ std::span<const float> Session::decode(int32_t token) {
   s.check_token(token);
   if (s.pos >= s.n_ctx) fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
   s.graph->forward(&token, 1, s.pos, s.logits.data(), false);
+  s.logits_on_host = true;
   ++s.pos;
   ++s.processed;
   return s.logits;
 }
 
+std::span<const TokenLogit> Session::decode_top_k(int32_t token, int k, int64_t n) {
+  static_assert(kMaxTopK == bonsai::kMaxTopK);
+  Impl& s = *impl_;
+  s.check_token(token);
+  const int64_t V = s.model.config().n_vocab;
+  if (n == 0) n = V;
+  if (k < 1 || k > kMaxTopK || n < k || n > V)
+    fail("decode_top_k: k = {} of n = {} logits (need 1 <= k <= min(n, {}), n <= n_vocab = {})", k, n,
+         kMaxTopK, V);
+  if (s.pos >= s.n_ctx) fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
+  s.best_ids.resize(static_cast<size_t>(k));
+  s.best_values.resize(static_cast<size_t>(k));
+  s.graph->forward_top_k(token, s.pos, k, n, s.best_ids.data(), s.best_values.data());
+  s.logits_on_host = false;
+  ++s.pos;
+  ++s.processed;
+  s.best.resize(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) s.best[i] = {s.best_ids[i], s.best_values[i]};
+  return s.best;
+}
+
 std::span<const float> Session::prefill(std::span<const int32_t> tokens) {
   prefill(tokens, {});
-  return impl_->logits;
+  return impl_->host_logits();  // (no tokens: the logits of the last decode)
 }
 
 void Session::prefill(std::span<const int32_t> tokens, std::span<float> all_logits) {
@@ -83,8 +115,10 @@ void Session::prefill(std::span<const int32_t> tokens, std::span<float> all_logi
     if (!all_logits.empty()) {
       s.graph->forward(tokens.data() + at, t, s.pos, all_logits.data() + at * V, true);
       if (last) std::copy_n(all_logits.data() + (at + t - 1) * V, V, s.logits.data());
+      if (last) s.logits_on_host = true;
     } else if (last) {
       s.graph->forward(tokens.data() + at, t, s.pos, s.logits.data(), false);
+      s.logits_on_host = true;
     } else {
       s.graph->forward(tokens.data() + at, t, s.pos, nullptr, false);
     }
@@ -121,7 +155,7 @@ std::unique_ptr<SessionSnapshot> Session::snapshot() const {
   auto snap = std::make_unique<SessionSnapshot>();
   snap->pos = impl_->pos;
   snap->state = impl_->graph->save_state(impl_->pos);
-  snap->logits = impl_->logits;
+  snap->logits = impl_->host_logits();
   return snap;
 }
 
@@ -129,6 +163,7 @@ void Session::restore(const SessionSnapshot& snap) {
   impl_->graph->load_state(snap.state, snap.pos);
   impl_->pos = snap.pos;
   impl_->logits = snap.logits;
+  impl_->logits_on_host = true;
 }
 
 }  // namespace bonsai

@@ -32,6 +32,7 @@ struct BenchCli {
   std::string output = "md";
   bool no_bandwidth = false;
   bool profile = false;
+  bool full_logits = false;  // tg steps copy the whole logits row to the host
 };
 
 struct Breakdown {
@@ -120,8 +121,10 @@ void run(const BenchCli& o) {
             s.reset();
             auto t0 = std::chrono::steady_clock::now();
             if (t.prompt) s.prefill(toks);
-            else
+            else if (o.full_logits)
               for (int32_t x : toks) s.decode(x);
+            else  // each step as greedy decoding runs it: only the argmax crosses to the host
+              for (int32_t x : toks) s.decode_top_k(x, 1);
             return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           };
           fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, t.name);
@@ -148,7 +151,9 @@ void run(const BenchCli& o) {
             SessionOptions po = so;
             po.profile = true;
             Session ps(*model, po);
-            for (int32_t x : toks) ps.decode(x);
+            for (int32_t x : toks)
+              if (o.full_logits) ps.decode(x);
+              else ps.decode_top_k(x, 1);
             breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, t.name), t.n,
                                   ps.profile()});
           }
@@ -204,12 +209,14 @@ void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Measure prompt (ppN) and decode (tgN) throughput, llama-bench style");
   cmd->add_option("-m,--model", o->models, "Model file(s); comma-separated or repeated")->required()->delimiter(',');
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests; 0 = none)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests; 0 = none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests, greedy decode steps; 0 = none)")->delimiter(',')->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Thread counts (default: physical cores)")->delimiter(',');
   cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")->delimiter(',')->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
+  cmd->add_flag("--full-logits", o->full_logits,
+                "tg steps bring the whole logits row to the host (default: only the argmax, as greedy decoding)");
   cmd->add_flag("--profile", o->profile, "After each tg test, print a per-op time breakdown (separate profiled run)");
   cmd->callback([o] { run(*o); });
 }

@@ -186,6 +186,17 @@ GenerationStats generate(Session& s, Sampler& sampler, const ChatFormat& chat,
   // Logits past the vocabulary (padded output rows) are never sampled.
   const size_t n_tok = std::min(logits.size(), static_cast<size_t>(out.tokenizer().n_vocab()));
   std::vector<float> masked;
+  // With --ignore-eos the stop tokens are -inf in the full logits; when only the best few
+  // logits are fetched (below) they are fetched as extra candidates and put back as -inf,
+  // which leaves the sampler's top candidates exactly those of the masked row.
+  std::vector<int32_t> masked_ids;
+  if (req.ignore_eos)
+    for (int32_t id : chat.stop_tokens())
+      if (id >= 0 && static_cast<size_t>(id) < n_tok) masked_ids.push_back(id);
+  std::sort(masked_ids.begin(), masked_ids.end());
+  masked_ids.erase(std::unique(masked_ids.begin(), masked_ids.end()), masked_ids.end());
+  std::span<const TokenLogit> best;  // this step's candidates when non-empty, else `logits`
+  std::vector<TokenLogit> cand;
   for (;;) {
     if (req.n_predict >= 0 && st.generated >= req.n_predict) {
       st.end = GenerationStats::End::Limit;
@@ -195,14 +206,23 @@ GenerationStats generate(Session& s, Sampler& sampler, const ChatFormat& chat,
       st.end = GenerationStats::End::Interrupted;
       break;
     }
-    std::span<const float> l = logits.first(n_tok);
-    if (req.ignore_eos) {
-      masked.assign(l.begin(), l.end());
-      for (int32_t id : chat.stop_tokens())
-        if (static_cast<size_t>(id) < masked.size()) masked[id] = -std::numeric_limits<float>::infinity();
-      l = masked;
+    int32_t tok = 0;
+    if (!best.empty()) {
+      cand.clear();
+      for (const TokenLogit& b : best)
+        if (!std::binary_search(masked_ids.begin(), masked_ids.end(), b.id)) cand.push_back(b);
+      for (int32_t id : masked_ids) cand.push_back({id, -std::numeric_limits<float>::infinity()});
+      tok = sampler.sample_best(cand);
+    } else {
+      std::span<const float> l = logits.first(n_tok);
+      if (req.ignore_eos) {
+        masked.assign(l.begin(), l.end());
+        for (int32_t id : chat.stop_tokens())
+          if (static_cast<size_t>(id) < masked.size()) masked[id] = -std::numeric_limits<float>::infinity();
+        l = masked;
+      }
+      tok = sampler.sample(l);
     }
-    const int32_t tok = sampler.sample(l);
     if (!req.ignore_eos && chat.is_stop(tok)) {
       st.end = GenerationStats::End::Stop;
       break;
@@ -219,7 +239,15 @@ GenerationStats generate(Session& s, Sampler& sampler, const ChatFormat& chat,
       st.end = GenerationStats::End::ContextFull;
       break;
     }
-    logits = s.decode(tok);
+    // Only the best few logits cross from the backend when they are all the sampler reads.
+    const int32_t need = sampler.candidates_needed();
+    const size_t k = static_cast<size_t>(need) + masked_ids.size();
+    if (need > 0 && k <= static_cast<size_t>(Session::kMaxTopK) && k <= n_tok) {
+      best = s.decode_top_k(tok, static_cast<int>(k), static_cast<int64_t>(n_tok));
+    } else {
+      best = {};
+      logits = s.decode(tok);
+    }
   }
   out.finish();
   st.gen_s = std::chrono::duration<double>(clock::now() - t1).count();
