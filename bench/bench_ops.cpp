@@ -60,6 +60,30 @@ void BM_gdn_step(benchmark::State& state) {
 }
 BENCHMARK(BM_gdn_step)->Arg(1)->Arg(2)->UseRealTime();
 
+// The same step streaming the 27B's whole GDN state (48 layers × 3 MiB, far
+// beyond L3): one layer per iteration, cycling, as a decode token does.
+// Arg 0: instruction set (1 = AVX2 step, 2 = AVX-512 step); arg 1: threads.
+void BM_gdn_step_stream(benchmark::State& state) {
+  const Isa isa = state.range(0) == 2 ? Isa::Avx512 : Isa::Avx2;
+  if (!isa_supported(isa)) return state.SkipWithError("instruction set not supported by this CPU");
+  const int threads = static_cast<int>(state.range(1));
+  GdnShape s{16, 48, 128, 128, 1e-6f};
+  const int64_t width = 2 * 16 * 128 + 48 * 128, layer = 48 * 128 * 128, layers = 48;
+  auto conv = randn(width, 3), g = randn(48, 4), beta = randn(48, 5);
+  for (auto& v : g) v = -std::fabs(v) * 0.1f;
+  for (auto& v : beta) v = 0.5f;
+  std::vector<float> st(layer * layers, 0.01f), out(48 * 128);
+  CpuBackend be(threads, isa, cpu::Precision::Faithful);
+  int64_t l = 0;
+  for (auto _ : state) {
+    be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data() + l * layer, out.data(), 1, s);
+    benchmark::DoNotOptimize(out.data());
+    l = (l + 1) % layers;
+  }
+  state.SetBytesProcessed(state.iterations() * layer * 4 * 2);  // state read + written
+}
+BENCHMARK(BM_gdn_step_stream)->ArgsProduct({{1, 2}, {1, 2}})->UseRealTime();
+
 // The GDN causal conv + SiLU at the 27B's 10240 channels (4 taps), one token:
 // the reference loop vs the CPU backend (AVX2, threaded); and the SwiGLU site
 // at 17408 (SiLU by libm expf vs the vector exp).

@@ -127,13 +127,13 @@ TEST(ElementwiseAvx2, BackendSsmConvEveryThreadCount) {
     }
 }
 
-// The backend's delta rule (AVX2 head step where d_v % 8 == 0, the scalar
-// loop otherwise) against the reference at the 27B's head size and at an odd
-// one. The SIMD step computes decay·(Sᵀk) instead of (decay·S)ᵀk and fuses
-// multiply-adds: per output a sum of d_k = 128 products with a few roundings
+// The backend's delta rule (AVX-512 head step where d_v % 16 == 0, AVX2 where
+// d_v % 8 == 0, the scalar loop otherwise) against the reference at the 27B's
+// head size, at partial column tiles (48, 24) and at an odd size (20). The SIMD step computes decay·(Sᵀk)
+// instead of (decay·S)ᵀk and fuses multiply-adds: per output a sum of d_k = 128 products with a few roundings
 // each, so ~1e-6 relative to the largest output; 1e-5 leaves margin.
 TEST(ElementwiseAvx2, DeltaRuleHeadStepMatchesReference) {
-  for (int dv : {128, 20})
+  for (int dv : {128, 48, 24, 20})
     for (int threads : {1, 2})
       for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
         if (!isa_supported(isa)) continue;

@@ -191,8 +191,13 @@ void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* 
       l2(ci + qk + hk * s.d_k, k.data(), 1.0f);
       const float* v = ci + 2 * qk + h * s.d_v;
       const float decay = std::exp(g[i * s.n_v + h]), b = beta[i * s.n_v + h];
-      if (isa_ != Isa::Scalar && s.d_v % 8 == 0) {  // same step, 8 columns per FMA (elementwise.h)
-        cpu::gdn_head_step_avx2(q.data(), k.data(), v, decay, b, S, out + (i * s.n_v + h) * s.d_v, s.d_k, s.d_v);
+      float* oh = out + (i * s.n_v + h) * s.d_v;
+      if (isa_ == Isa::Avx512 && s.d_v % 16 == 0) {  // same step, 16 columns per FMA (elementwise.h)
+        cpu::gdn_head_step_avx512(q.data(), k.data(), v, decay, b, S, oh, s.d_k, s.d_v);
+        continue;
+      }
+      if (isa_ != Isa::Scalar && s.d_v % 8 == 0) {
+        cpu::gdn_head_step_avx2(q.data(), k.data(), v, decay, b, S, oh, s.d_k, s.d_v);
         continue;
       }
       std::fill(kv.begin(), kv.end(), 0.0f);

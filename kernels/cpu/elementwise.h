@@ -34,5 +34,9 @@ void silu_avx2(const float* x, float* y, int64_t n);
 // column tile (d_k × 128 B) stays in L1 between the two sweeps.
 void gdn_head_step_avx2(const float* q, const float* k, const float* v, float decay, float beta, float* S,
                         float* o, int d_k, int d_v);
+// The same step with AVX-512 (d_v a multiple of 16): 128-column tiles, so at
+// d_v = 128 each sweep streams the state front to back.
+void gdn_head_step_avx512(const float* q, const float* k, const float* v, float decay, float beta, float* S,
+                          float* o, int d_k, int d_v);
 
 }  // namespace bonsai::cpu
