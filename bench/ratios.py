@@ -34,13 +34,17 @@ def main(path):
     for b in data["benchmarks"]:
         if b.get("aggregate_name") == "median":
             med[b["run_name"]] = b
-    # The yardstick: the best 2-thread read loop of the run (4 KiB pages or
-    # huge pages), so no kernel is flattered by a slow reference loop.
+    # The yardstick: the 2-thread read loop on 4 KiB pages (the issue's
+    # definition, comparable across runs). The same loop on huge pages
+    # (read_bandwidth_thp) is printed too, with the projections against it:
+    # on this VM it has measured anywhere from equal to 2x the 4 KiB loop
+    # (docs/performance.md, CPU: "the yardstick and huge pages").
     reads = {name: b["bytes_per_second"] for name, b in med.items() if re.match(r"read_bandwidth(_\w+)?/threads:2", name)}
-    if not reads:
+    bw_name = "read_bandwidth/threads:2/real_time"
+    if bw_name not in reads:
         sys.exit("no read_bandwidth/threads:2 median in the report")
-    bw_name = max(reads, key=reads.get)
     bw = reads[bw_name]
+    bw_thp = reads.get("read_bandwidth_thp/threads:2/real_time")
     for name, v in sorted(reads.items()):
         print(f"{name}: {v / 1e9:.2f} GB/s")
     ctx = data.get("context", {})
@@ -79,8 +83,9 @@ def main(path):
             total_bytes += nbytes
             total_s += nbytes / v
         if ok:
+            extra = f"; {total_s / (total_bytes / bw_thp):.2f} × against read_bandwidth_thp" if bw_thp else ""
             print(f"{mode}: ternary weights {total_bytes / 1e9:.2f} GB/token, matvec time "
-                  f"{total_s * 1e3:.0f} ms/token = {total_s / (total_bytes / bw):.2f} × (bytes ÷ read_bandwidth)")
+                  f"{total_s * 1e3:.0f} ms/token = {total_s / (total_bytes / bw):.2f} × (bytes ÷ read_bandwidth){extra}")
 
     # PTQ1_0 files are transcoded to PQ2_0 at load (kernels/cpu/repack.h) and
     # streamed from huge pages: their token time is pq2_faithful_thp's, but
@@ -88,8 +93,9 @@ def main(path):
     if "pq2_faithful_thp" in rows and all((k, n, 2) in rows["pq2_faithful_thp"] for k, n, _ in INVENTORY):
         t = sum(k * n * BYTES_PER_WEIGHT["pq2"] * c / rows["pq2_faithful_thp"][(k, n, 2)] for k, n, c in INVENTORY)
         ptq1_bytes = sum(k * n * BYTES_PER_WEIGHT["ptq1"] * c for k, n, c in INVENTORY)
+        extra = f"; {t / (ptq1_bytes / bw_thp):.2f} × against read_bandwidth_thp" if bw_thp else ""
         print(f"ptq1 transcoded (pq2_faithful_thp): matvec time {t * 1e3:.0f} ms/token = "
-              f"{t / (ptq1_bytes / bw):.2f} × (PTQ1_0 bytes ÷ read_bandwidth)")
+              f"{t / (ptq1_bytes / bw):.2f} × (PTQ1_0 bytes ÷ read_bandwidth){extra}")
 
     hot = {name.split("/")[1]: b for name, b in med.items() if name.startswith("BM_matvec_hot/")}
     if hot:
