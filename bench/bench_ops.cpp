@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/gdn_chunked.h"
 #include "kernels/ref/ref_backend.h"
@@ -62,7 +63,8 @@ BENCHMARK(BM_gdn_step)->Arg(1)->Arg(2)->UseRealTime();
 
 // The same step streaming the 27B's whole GDN state (48 layers × 3 MiB, far
 // beyond L3): one layer per iteration, cycling, as a decode token does.
-// Arg 0: instruction set (1 = AVX2 step, 2 = AVX-512 step); arg 1: threads.
+// Arg 0: instruction set (1 = AVX2 step, 2 = AVX-512 step); arg 1: threads;
+// arg 2: state on huge pages (1) or 4 KiB pages (0).
 void BM_gdn_step_stream(benchmark::State& state) {
   const Isa isa = state.range(0) == 2 ? Isa::Avx512 : Isa::Avx2;
   if (!isa_supported(isa)) return state.SkipWithError("instruction set not supported by this CPU");
@@ -72,17 +74,20 @@ void BM_gdn_step_stream(benchmark::State& state) {
   auto conv = randn(width, 3), g = randn(48, 4), beta = randn(48, 5);
   for (auto& v : g) v = -std::fabs(v) * 0.1f;
   for (auto& v : beta) v = 0.5f;
-  std::vector<float> st(layer * layers, 0.01f), out(48 * 128);
+  bench::Bytes st_bytes = bench::alloc_bytes(static_cast<size_t>(layer * layers) * 4, state.range(2) != 0);
+  float* st = reinterpret_cast<float*>(st_bytes.get());
+  std::fill(st, st + layer * layers, 0.01f);
+  std::vector<float> out(48 * 128);
   CpuBackend be(threads, isa, cpu::Precision::Faithful);
   int64_t l = 0;
   for (auto _ : state) {
-    be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data() + l * layer, out.data(), 1, s);
+    be.gdn_recurrence(conv.data(), g.data(), beta.data(), st + l * layer, out.data(), 1, s);
     benchmark::DoNotOptimize(out.data());
     l = (l + 1) % layers;
   }
   state.SetBytesProcessed(state.iterations() * layer * 4 * 2);  // state read + written
 }
-BENCHMARK(BM_gdn_step_stream)->ArgsProduct({{1, 2}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_gdn_step_stream)->ArgsProduct({{1, 2}, {1, 2}, {0, 1}})->UseRealTime();
 
 // The GDN causal conv + SiLU at the 27B's 10240 channels (4 taps), one token:
 // the reference loop vs the CPU backend (AVX2, threaded); and the SwiGLU site

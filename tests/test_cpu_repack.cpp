@@ -123,5 +123,19 @@ TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
     }
 }
 
+// Backend::alloc's contract (zero-filled, owned, released by pointer) holds
+// for both the small (arena) and the large (huge-page mapping) blocks.
+TEST(CpuRepack, AllocIsZeroedAtEverySize) {
+  CpuBackend be(1, select_isa(), cpu::Precision::Faithful);
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 18, (size_t{3} << 20) + 5}) {
+    float* p = be.alloc(n);
+    ASSERT_NE(p, nullptr);
+    for (size_t i = 0; i < n; i += 997) ASSERT_EQ(p[i], 0.0f) << n;
+    ASSERT_EQ(p[n - 1], 0.0f);
+    p[0] = p[n - 1] = 1.0f;  // writable
+    be.release(p);
+  }
+}
+
 }  // namespace
 }  // namespace bonsai

@@ -34,6 +34,19 @@ void CpuBackend::unprepare(Weight& w) {
   w.prepared = nullptr;
 }
 
+float* CpuBackend::alloc(size_t n) {
+  constexpr size_t kHugeMin = size_t{1} << 20;  // bytes
+  if (n * sizeof(float) < kHugeMin) return RefBackend::alloc(n);
+  auto b = std::make_unique<cpu::HugeBuffer>(n * sizeof(float));  // anonymous mapping: zero-filled
+  float* p = reinterpret_cast<float*>(b->data());
+  huge_.emplace(p, std::move(b));
+  return p;
+}
+
+void CpuBackend::release(float* p) {
+  if (huge_.erase(p) == 0) RefBackend::release(p);
+}
+
 cpu::WeightView CpuBackend::view(const Weight& w) {
   if (w.prepared) {
     auto* r = static_cast<cpu::Repack*>(w.prepared);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -40,6 +41,10 @@ class CpuBackend : public RefBackend {
   // copied to huge pages on request); w.data stays the file's bytes for other ops.
   void prepare(Weight& w) override;
   void unprepare(Weight& w) override;
+  // Buffers of ≥ 1 MiB (the GDN state: 150 MB for the 27B, streamed every
+  // token; the KV cache) on huge-page-advised memory; smaller ones as RefBackend.
+  float* alloc(size_t n) override;
+  void release(float* p) override;
 
   ThreadPool& pool() { return pool_; }
   Isa isa() const { return isa_; }
@@ -56,6 +61,7 @@ class CpuBackend : public RefBackend {
   std::string name_;
   cpu::RepackPolicy repack_policy_;
   std::vector<std::unique_ptr<cpu::Repack>> repacks_;  // owned targets of Weight::prepared
+  std::unordered_map<float*, std::unique_ptr<cpu::HugeBuffer>> huge_;  // alloc() blocks ≥ 1 MiB
 };
 
 }  // namespace bonsai
