@@ -254,13 +254,21 @@ TEST(ReferenceModel, PrefillMatchesTokenWalk) {
       d = std::max(d, std::fabs(double(rows[i]) - walk_rows[i]));
       mx = std::max(mx, std::fabs(double(walk_rows[i])));
     }
-    // Every op computes row i of a batch with the same per-row arithmetic as a
-    // batch of one (threads only split rows), so the results agree to rounding.
-    EXPECT_LE(d, 1e-6 * std::max(1.0, mx)) << path;
+    // ref: every op computes row i of a batch with the same per-row arithmetic
+    // as a batch of one (threads only split rows), so the results agree to
+    // rounding. fast: batched matmuls run the GEMM (kernels/cpu/gemm.h), whose
+    // integers equal the matvec's but whose float sum over blocks is ordered
+    // differently; the ~1-ulp differences re-round some quantized activations
+    // of the next layer, so the two walks differ by the faithful path's own
+    // noise: its max |Δlogit| vs the reference is ≤ 1.4e-3 on the fixtures
+    // (docs/performance.md), hence a bound of 2 × 1.4e-3 relative to the
+    // largest logit (a broken batch moves logits by O(1)).
+    const double tol = (std::string(path) == "ref" ? 1e-6 : 2.8e-3) * std::max(1.0, mx);
+    EXPECT_LE(d, tol) << path;
     auto a = walk.decode(42);
     std::vector<float> av(a.begin(), a.end());
     auto b = batched.decode(42);
-    for (size_t i = 0; i < av.size(); ++i) ASSERT_NEAR(av[i], b[i], 1e-6 * std::max(1.0, mx)) << path;
+    for (size_t i = 0; i < av.size(); ++i) ASSERT_NEAR(av[i], b[i], tol) << path;
   }
 }
 
