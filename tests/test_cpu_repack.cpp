@@ -137,5 +137,18 @@ TEST(CpuRepack, AllocIsZeroedAtEverySize) {
   }
 }
 
+// HugeBuffer starts on a 2 MiB boundary (so a 3 MiB GDN state can hold a
+// whole huge page) and every byte of it is usable.
+TEST(CpuRepack, HugeBufferStartsOnAHugePageBoundary) {
+  for (size_t n : {size_t{100}, (size_t{3} << 20) + 5, size_t{4} << 20}) {
+    cpu::HugeBuffer b(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (size_t{2} << 20), 0u) << n;
+    EXPECT_EQ(b.size(), n);
+    b.data()[0] = 1;
+    b.data()[n - 1] = 2;
+    EXPECT_EQ(b.data()[n / 2], 0);
+  }
+}
+
 }  // namespace
 }  // namespace bonsai

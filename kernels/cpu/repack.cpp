@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -15,15 +16,25 @@ namespace bonsai::cpu {
 
 HugeBuffer::HugeBuffer(size_t bytes) : n_(bytes) {
   if (bytes == 0) return;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) fail("cpu repack: cannot map {} bytes of anonymous memory", bytes);
-  p_ = static_cast<uint8_t*>(p);
+  // Start on a 2 MiB boundary so every whole 2 MiB of the buffer can be one
+  // huge page (the kernel aligns only mappings whose length is a multiple of
+  // 2 MiB; a 3 MiB GDN state would otherwise get at most one): map 2 MiB
+  // more, keep the aligned part, unmap the rest.
+  constexpr size_t kHuge = size_t{2} << 20, kPage = 4096;
+  const size_t len = (bytes + kPage - 1) / kPage * kPage;
+  void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) fail("cpu repack: cannot map {} bytes of anonymous memory", bytes);
+  auto* r = static_cast<uint8_t*>(raw);
+  auto* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(r) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+  if (p > r) munmap(r, static_cast<size_t>(p - r));
+  if (r + len + kHuge > p + len) munmap(p + len, static_cast<size_t>(r + len + kHuge - (p + len)));
+  p_ = p;
   // Advice only: without THP (or with it off) this fails harmlessly.
-  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  (void)madvise(p_, len, MADV_HUGEPAGE);
 }
 
 HugeBuffer::~HugeBuffer() {
-  if (p_) munmap(p_, n_);
+  if (p_) munmap(p_, (n_ + 4095) / 4096 * 4096);
 }
 
 namespace {
