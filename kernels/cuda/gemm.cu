@@ -1,8 +1,10 @@
 // The prefill GEMM on the int8 tensor cores (mma.sync m16n8k32, u8 codes x s8 activation
 // halves), layouts of kernels/cuda/tile_layout.h.
 //
-// A block computes 128 weight rows (8 tiles) x 64 tokens; its 8 warps are 2 along the
-// rows x 4 along the tokens, a warp owns 64 rows x 16 tokens (4 x 2 mma tiles). Each
+// A block computes 128 weight rows (8 tiles) x 64 tokens; its 8 warps are 4 along the
+// rows x 2 along the tokens, a warp owns 32 rows x 32 tokens (2 x 4 mma tiles): it unpacks
+// its two tiles' codes once per k-block and keeps them in registers for all four token
+// tiles, so the 2-bit unpack costs half as much per MMA as with 64 rows x 16 tokens. Each
 // 128-column k-block is one pipeline stage, staged in shared memory with cp.async
 // (kStages deep): the 8 weight chunks exactly as stored (codes + scales), the 64 tokens'
 // 256 quantized bytes (rows padded by 16 bytes so that the B-fragment loads of 8 tokens
@@ -79,8 +81,8 @@ __global__ void __launch_bounds__(kThreads, OCC)
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
-  const int wm = warp & 1, wn = warp >> 1;
-  const bool active = static_cast<int>(blockIdx.x) * kGemmTokens + wn * 16 < t;
+  const int wm = warp & 3, wn = warp >> 2;
+  const bool active = static_cast<int>(blockIdx.x) * kGemmTokens + wn * 32 < t;
   const int tok0 = blockIdx.x * kGemmTokens;
   const int rb = blockIdx.y;
   // The job of this row block; fields picked with constant indices (no local copy of `jobs`).
@@ -135,11 +137,11 @@ __global__ void __launch_bounds__(kThreads, OCC)
     cp_commit();
   }
 
-  float acc[4][2][4];  // [m tile][n tile][c0..c3]: rows g, g+8 x tokens 2·tig, 2·tig+1
+  float acc[2][4][4];  // [m tile][n tile][c0..c3]: rows g, g+8 x tokens 2·tig, 2·tig+1
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
+    for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][jn][e] = 0.0f;
   const int magic[4] = {kMagicBits, kMagicBits, kMagicBits, kMagicBits};
@@ -150,71 +152,80 @@ __global__ void __launch_bounds__(kThreads, OCC)
     if (kb + kStages - 1 < kb1) load_stage(kb + kStages - 1, (kb - kb0 + kStages - 1) % kStages);
     cp_commit();
     const uint8_t* st = smem + ((kb - kb0) % kStages) * S::kStage;
-    if (!active) continue;  // all 16 of this warp's tokens are past t
+    if (!active) continue;  // all 32 of this warp's tokens are past t
 
-    // B fragments: token column g of each n tile, hi and lo words of all four k-steps.
-    uint32_t bh[2][8], bl[2][8];
-    float sc[2][2], mq[2][2][G];
+    // A fragments of both tiles, all four k-steps, unpacked once (register j in bit pair j
+    // of the step's word), and the tiles' row scales {d(row g), d(row g + 8)} per group.
+    uint32_t a[2][4][4];
+    float2 dd[2][G];
 #pragma unroll
-    for (int jn = 0; jn < 2; ++jn) {
-      const uint8_t* xr = st + S::kW + (wn * 16 + jn * 8 + g) * kActPitch + tig * 32;
-      const uint4 h0 = *reinterpret_cast<const uint4*>(xr), h1 = *reinterpret_cast<const uint4*>(xr + 16);
-      const uint4 l0 = *reinterpret_cast<const uint4*>(xr + 128),
-                  l1 = *reinterpret_cast<const uint4*>(xr + 144);
-      bh[jn][0] = h0.x, bh[jn][1] = h0.y, bh[jn][2] = h0.z, bh[jn][3] = h0.w;
-      bh[jn][4] = h1.x, bh[jn][5] = h1.y, bh[jn][6] = h1.z, bh[jn][7] = h1.w;
-      bl[jn][0] = l0.x, bl[jn][1] = l0.y, bl[jn][2] = l0.z, bl[jn][3] = l0.w;
-      bl[jn][4] = l1.x, bl[jn][5] = l1.y, bl[jn][6] = l1.z, bl[jn][7] = l1.w;
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* ch = st + (wm * 2 + i) * S::kCB;
+      const uint4 w4 = *reinterpret_cast<const uint4*>(ch + lane * 16);
+      const uint32_t wd[4] = {w4.x, w4.y, w4.z, w4.w};
+      constexpr uint32_t mask = 0x03030303u;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float4 m =
-            *reinterpret_cast<const float4*>(st + S::kW + S::kX + (wn * 16 + jn * 8 + 2 * tig + c) * 16);
-        sc[jn][c] = m.x;
-        const int q0 = __float_as_int(m.z), q1 = __float_as_int(m.w);
-        if constexpr (G == 1) {
-          mq[jn][c][0] = kMagic + static_cast<float>(q0 + q1);  // exact: |Σq| < 2^22
-        } else {
-          mq[jn][c][0] = kMagic + static_cast<float>(q0);
-          mq[jn][c][G - 1] = kMagic + static_cast<float>(q1);
-        }
+      for (int step = 0; step < 4; ++step) {
+        a[i][step][0] = wd[step] & mask;
+        a[i][step][1] = (wd[step] >> 2) & mask;
+        a[i][step][2] = (wd[step] >> 4) & mask;
+        a[i][step][3] = (wd[step] >> 6) & mask;
+      }
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const uint32_t sw = *reinterpret_cast<const uint32_t*>(ch + kCodeBytes + h * 32 + g * 4);
+        dd[i][h] = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
       }
     }
 
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint8_t* ch = st + (wm * 4 + i) * S::kCB;
-      const uint4 w4 = *reinterpret_cast<const uint4*>(ch + lane * 16);
-      const uint32_t wd[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int jn = 0; jn < 4; ++jn) {
+      // B fragments: token column g of n tile jn, hi and lo words of all four k-steps.
+      const int tk = wn * 32 + jn * 8;
+      const uint8_t* xr = st + S::kW + (tk + g) * kActPitch + tig * 32;
+      const uint4 h0 = *reinterpret_cast<const uint4*>(xr), h1 = *reinterpret_cast<const uint4*>(xr + 16);
+      const uint4 l0 = *reinterpret_cast<const uint4*>(xr + 128),
+                  l1 = *reinterpret_cast<const uint4*>(xr + 144);
+      const uint32_t bh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+      const uint32_t bl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+      float sc[2], mq[2][G];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float4 m = *reinterpret_cast<const float4*>(st + S::kW + S::kX + (tk + 2 * tig + c) * 16);
+        sc[c] = m.x;
+        const int q0 = __float_as_int(m.z), q1 = __float_as_int(m.w);
+        if constexpr (G == 1) {
+          mq[c][0] = kMagic + static_cast<float>(q0 + q1);  // exact: |Σq| < 2^22
+        } else {
+          mq[c][0] = kMagic + static_cast<float>(q0);
+          mq[c][G - 1] = kMagic + static_cast<float>(q1);
+        }
+      }
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         constexpr int kSteps = 4 / G;
-        int hi[2][4], lo[2][4];
+        int hi[2][4], lo[2][4];  // [m tile]: four independent chains
 #pragma unroll
         for (int q = 0; q < kSteps; ++q) {
           const int step = h * kSteps + q;
-          constexpr uint32_t mask = 0x03030303u;  // register j in bit pair j of the step's word
-          const uint32_t a[4] = {wd[step] & mask, (wd[step] >> 2) & mask, (wd[step] >> 4) & mask,
-                                 (wd[step] >> 6) & mask};
 #pragma unroll
-          for (int jn = 0; jn < 2; ++jn) {
+          for (int i = 0; i < 2; ++i) {
             if (q == 0) {
-              mma_u8s8(hi[jn], magic, a, bh[jn][2 * step], bh[jn][2 * step + 1]);
-              mma_u8s8(lo[jn], magic, a, bl[jn][2 * step], bl[jn][2 * step + 1]);
+              mma_u8s8(hi[i], magic, a[i][step], bh[2 * step], bh[2 * step + 1]);
+              mma_u8s8(lo[i], magic, a[i][step], bl[2 * step], bl[2 * step + 1]);
             } else {
-              mma_u8s8(hi[jn], hi[jn], a, bh[jn][2 * step], bh[jn][2 * step + 1]);
-              mma_u8s8(lo[jn], lo[jn], a, bl[jn][2 * step], bl[jn][2 * step + 1]);
+              mma_u8s8(hi[i], hi[i], a[i][step], bh[2 * step], bh[2 * step + 1]);
+              mma_u8s8(lo[i], lo[i], a[i][step], bl[2 * step], bl[2 * step + 1]);
             }
           }
         }
-        const uint32_t sw = *reinterpret_cast<const uint32_t*>(ch + kCodeBytes + h * 32 + g * 4);
-        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
 #pragma unroll
-        for (int jn = 0; jn < 2; ++jn)
+        for (int i = 0; i < 2; ++i)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = e & 1;
-            const float T = flush_value(hi[jn][e], lo[jn][e], mq[jn][c][h]);
-            acc[i][jn][e] = fmaf(T, ((e >> 1) ? dd.y : dd.x) * sc[jn][c], acc[i][jn][e]);
+            const float T = flush_value(hi[i][e], lo[i][e], mq[c][h]);
+            acc[i][jn][e] = fmaf(T, ((e >> 1) ? dd[i][h].y : dd[i][h].x) * sc[c], acc[i][jn][e]);
           }
       }
     }
@@ -225,13 +236,13 @@ __global__ void __launch_bounds__(kThreads, OCC)
   float* out = job.y;
   if (gridDim.z > 1) out = plan.partial + blockIdx.z * plan.out_start[kMaxJobs] + out0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int jn = 0; jn < 2; ++jn)
+    for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = (tile0 + wm * 4 + i) * kTileRows + g + 8 * (e >> 1);
-        const int tok = tok0 + wn * 16 + jn * 8 + 2 * tig + (e & 1);
+        const int row = (tile0 + wm * 2 + i) * kTileRows + g + 8 * (e >> 1);
+        const int tok = tok0 + wn * 32 + jn * 8 + 2 * tig + (e & 1);
         if (row < job.n && tok < t) out[static_cast<size_t>(tok) * job.n + row] = acc[i][jn][e];
       }
 }
