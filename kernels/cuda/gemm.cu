@@ -102,32 +102,49 @@ __global__ void __launch_bounds__(kThreads, OCC)
   const size_t tile_stride = static_cast<size_t>(kblocks) * S::kCB;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
+  // Straight-line staging: every thread issues a fixed set of copies per stage, whose
+  // sources at k-block 0 are computed here once, so a stage only adds kb times a constant
+  // stride. Smem destinations: the 8 chunks are contiguous, so weight piece p lands at
+  // p·16; token tk's 16 pieces at kW + tk·kActPitch. Zero-filled copies (tiles past the
+  // stored ones, tokens past t) read from tile 0 / token 0 instead, which stays in bounds.
+  constexpr int kWp = S::kW / 16;  // weight pieces: 272 (G = 1), 288 (G = 2)
+  constexpr int kChunkPieces = S::kCB / 16;
+  static_assert(kWp >= kThreads && kWp <= 2 * kThreads && kGemmTokens * 16 == 4 * kThreads);
+  // Per thread: one 64-bit base per operand and 32-bit offsets within this block's 8 tiles
+  // or 64 tokens (few registers: the kernel is at its register cap).
+  const uint8_t* wbase = job.w + static_cast<size_t>(tile0) * tile_stride;  // tile0 < tiles
+  uint32_t woff[2];
+  int wok = 0;  // bit c: weight copy c is a real one
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int p = tid + c * kThreads, ti = p / kChunkPieces, piece = p - ti * kChunkPieces;
+    const bool ok = p < kWp && tile0 + ti < tiles;
+    woff[c] = (ok ? static_cast<uint32_t>(ti) * static_cast<uint32_t>(tile_stride) : 0u) + piece * 16;
+    wok |= ok << c;
+  }
+  const int xtk = tid >> 4, xpiece = tid & 15;  // copy j: token xtk + 16·j, piece xpiece
+  // Offsets from xq and meta in 32 bits: gemm_tiled launches token ranges whose activation
+  // stays under 4 GiB.
+  const uint32_t xrow = static_cast<uint32_t>(kblocks) * kActBytes;
+  const uint32_t xoff = static_cast<uint32_t>(tok0 + xtk) * xrow + xpiece * 16;
+  const int xn = min(4, max(0, (t - tok0 - xtk + 15) >> 4));  // copies j < xn are real
+  const bool mok = tid < kGemmTokens && tok0 + tid < t;
+  const uint32_t moff = mok ? static_cast<uint32_t>(tok0 + tid) * kblocks : 0u;
+
   auto load_stage = [&](int kb, int slot) {
     const uint32_t st = sbase + slot * S::kStage;
-    constexpr int kWp = S::kW / 16, kXp = kGemmTokens * (kActBytes / 16), kAll = kWp + kXp + kGemmTokens;
-    constexpr int kChunkPieces = S::kCB / 16;
-    for (int p = tid; p < kAll; p += kThreads) {
-      if (p < kWp) {
-        const int ti = p / kChunkPieces, piece = p - ti * kChunkPieces;
-        const bool ok = tile0 + ti < tiles;
-        const uint8_t* src =
-            job.w +
-            (ok ? static_cast<size_t>(tile0 + ti) * tile_stride + static_cast<size_t>(kb) * S::kCB : 0) +
-            piece * 16;
-        cp_async16(st + ti * S::kCB + piece * 16, src, ok ? 16 : 0);
-      } else if (p < kWp + kXp) {
-        const int q = p - kWp, tk = q >> 4, piece = q & 15;
-        const bool ok = tok0 + tk < t;
-        const uint8_t* src =
-            xq + (ok ? (static_cast<size_t>(tok0 + tk) * kblocks + kb) * kActBytes : 0) + piece * 16;
-        cp_async16(st + S::kW + tk * kActPitch + piece * 16, src, ok ? 16 : 0);
-      } else {
-        const int tk = p - kWp - kXp;
-        const bool ok = tok0 + tk < t;
-        const float4* src = meta + (ok ? static_cast<size_t>(tok0 + tk) * kblocks + kb : 0);
-        cp_async16(st + S::kW + S::kX + tk * 16, src, ok ? 16 : 0);
-      }
+    const uint32_t wk = kb * S::kCB;
+    cp_async16(st + tid * 16, wbase + (woff[0] + wk), (wok & 1) ? 16 : 0);
+    if (tid < kWp - kThreads)
+      cp_async16(st + (tid + kThreads) * 16, wbase + (woff[1] + wk), (wok & 2) ? 16 : 0);
+    const uint32_t xdst = st + S::kW + xtk * kActPitch + xpiece * 16, xk = kb * kActBytes;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool ok = j < xn;  // else token 0's row, in bounds
+      cp_async16(xdst + j * 16 * kActPitch, xq + ((ok ? xoff + j * 16 * xrow : xpiece * 16u) + xk),
+                 ok ? 16 : 0);
     }
+    if (tid < kGemmTokens) cp_async16(st + S::kW + S::kX + tid * 16, meta + (moff + kb), mok ? 16 : 0);
   };
 
   pdl_wait();  // the activation is the previous kernel's output
@@ -315,26 +332,46 @@ void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const flo
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
-}  // namespace
+// The kernel addresses the activation with 32-bit offsets: it runs on ranges of at most
+// this many tokens (about 123k at k = 17408, so one range in practice).
+int token_span(int kblocks) {
+  const int64_t row = static_cast<int64_t>(kblocks) * kActBytes;
+  return static_cast<int>(std::min<int64_t>(((int64_t{1} << 32) / row) / kGemmTokens * kGemmTokens, 1 << 30));
+}
 
-size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
-  const int kblocks = static_cast<int>(k / kBlockK);
+size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
   const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count);
   const int splits = gemm_splits(p, kblocks);
   return splits > 1 ? static_cast<size_t>(splits) * p.out_start[kMaxJobs] : 0;
 }
 
+}  // namespace
+
+size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
+  const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
+  size_t s = scratch_for(jobs, std::min(t, span), kblocks, sm_count);
+  if (t > span && t % span != 0) s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count));
+  return s;
+}
+
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s) {
-  const int kblocks = static_cast<int>(k / kBlockK);
-  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count);
+  const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
-  if (groups == 2)
-    run_gemm<2, 1>(p, jobs, xq, meta, t, kblocks, partial, s);  // (64-column groups: more registers)
-  else if (occ2)
-    run_gemm<1, 2>(p, jobs, xq, meta, t, kblocks, partial, s);
-  else
-    run_gemm<1, 1>(p, jobs, xq, meta, t, kblocks, partial, s);
+  for (int t0 = 0; t0 < t; t0 += span) {
+    const int n = std::min(span, t - t0);
+    TiledJobs part = jobs;
+    for (int j = 0; j < part.count; ++j) part.job[j].y += static_cast<size_t>(t0) * part.job[j].n;
+    const uint8_t* x = xq + static_cast<size_t>(t0) * kblocks * kActBytes;
+    const float4* m = meta + static_cast<size_t>(t0) * kblocks;
+    const GemmPlan p = plan_gemm(part, n, kblocks, sm_count);
+    if (groups == 2)
+      run_gemm<2, 1>(p, part, x, m, n, kblocks, partial, s);  // (64-column groups: more registers)
+    else if (occ2)
+      run_gemm<1, 2>(p, part, x, m, n, kblocks, partial, s);
+    else
+      run_gemm<1, 1>(p, part, x, m, n, kblocks, partial, s);
+  }
 }
 
 }  // namespace bonsai::cuda
