@@ -367,30 +367,44 @@ __global__ void gdn_conv_norm_kernel(const float* __restrict__ qkv, const float*
 }
 
 // Prefill: alpha / beta_in [t][n_v] = x [t][k] · rows 0..n_v-1 of wa / wb (raw F32, F16 or
-// BF16 rows of row_bytes). Block per (weight row, tile of kAbTile tokens); its 8 warps split
-// the k columns (short dependent chains: the kernel is latency-bound) and their partial sums
-// are added in warp order (deterministic).
-constexpr int kAbTile = 16;
+// BF16 rows of row_bytes). Block per (kAbRows of the 2·n_v rows, kAbTile tokens): each x load
+// feeds kAbRows FMAs and each weight load kAbTile (one row per block read x 2·n_v times over,
+// ~0.5 GB of L2 traffic per layer at t = 256). Thread c sums columns c, c+256, ... in order, the
+// 8 warps' partial sums are added in warp order (deterministic).
+constexpr int kAbTile = 8;
+constexpr int kAbRows = 8;
 __global__ void __launch_bounds__(256)
     gdn_ab_batch_kernel(const float* __restrict__ x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes,
                         RawType type, int k, int n_v, int t, float* alpha, float* beta_in) {
-  __shared__ float part[8][kAbTile];
+  __shared__ float part[8][kAbRows * kAbTile];
   pdl_trigger();
   pdl_wait();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = blockIdx.x, i0 = blockIdx.y * kAbTile;
-  const bool is_b = r >= n_v;
-  const int h = is_b ? r - n_v : r;
-  const uint8_t* row = (is_b ? wb : wa) + static_cast<size_t>(h) * row_bytes;
-  const int nt = min(kAbTile, t - i0);
-  float acc[kAbTile] = {};
+  const int r0 = blockIdx.x * kAbRows, i0 = blockIdx.y * kAbTile;
+  const int nt = min(kAbTile, t - i0), nr = min(kAbRows, 2 * n_v - r0);
+  const uint8_t* rows[kAbRows];
+#pragma unroll
+  for (int r = 0; r < kAbRows; ++r) {
+    const int rr = r < nr ? r0 + r : r0;  // rows past 2·n_v read row r0 and are not stored
+    rows[r] = (rr >= n_v ? wb + static_cast<size_t>(rr - n_v) * row_bytes
+                         : wa + static_cast<size_t>(rr) * row_bytes);
+  }
+  const float* xs[kAbTile];
+#pragma unroll
+  for (int j = 0; j < kAbTile; ++j) xs[j] = x + static_cast<int64_t>(i0 + (j < nt ? j : 0)) * k;
+  float acc[kAbRows][kAbTile] = {};
   auto dot = [&](auto at) {
 #pragma unroll 2
     for (int c = threadIdx.x; c < k; c += 256) {
-      const float wv = at(row, c);
+      float wv[kAbRows], xv[kAbTile];
 #pragma unroll
-      for (int j = 0; j < kAbTile; ++j)
-        if (j < nt) acc[j] += x[static_cast<int64_t>(i0 + j) * k + c] * wv;
+      for (int r = 0; r < kAbRows; ++r) wv[r] = at(rows[r], c);
+#pragma unroll
+      for (int j = 0; j < kAbTile; ++j) xv[j] = xs[j][c];
+#pragma unroll
+      for (int r = 0; r < kAbRows; ++r)
+#pragma unroll
+        for (int j = 0; j < kAbTile; ++j) acc[r][j] += xv[j] * wv[r];
     }
   };
   if (type == RawType::F32)
@@ -400,15 +414,19 @@ __global__ void __launch_bounds__(256)
   else
     dot([](const uint8_t* p, int c) { return raw_at(p, c, RawType::BF16); });
 #pragma unroll
-  for (int j = 0; j < kAbTile; ++j) {
-    const float v = warp_sum(acc[j]);
-    if (lane == 0) part[warp][j] = v;
-  }
+  for (int r = 0; r < kAbRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kAbTile; ++j) {
+      const float v = warp_sum(acc[r][j]);
+      if (lane == 0) part[warp][r * kAbTile + j] = v;
+    }
   __syncthreads();
-  if (static_cast<int>(threadIdx.x) < nt) {
+  const int r = static_cast<int>(threadIdx.x) / kAbTile, j = static_cast<int>(threadIdx.x) % kAbTile;
+  if (r < nr && j < nt) {
     float v = 0.0f;
     for (int w = 0; w < 8; ++w) v += part[w][threadIdx.x];
-    (is_b ? beta_in : alpha)[static_cast<int64_t>(i0 + threadIdx.x) * n_v + h] = v;
+    const int rr = r0 + r;
+    (rr >= n_v ? beta_in : alpha)[static_cast<int64_t>(i0 + j) * n_v + (rr >= n_v ? rr - n_v : rr)] = v;
   }
 }
 
@@ -554,7 +572,8 @@ void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_
 
 void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
                   int n_v, int t, float* alpha, float* beta_in, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(2 * n_v), static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
+  const dim3 grid(static_cast<unsigned>((2 * n_v + kAbRows - 1) / kAbRows),
+                  static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
   launch(gdn_ab_batch_kernel, grid, 256, 0, s, x, wa, wb, row_bytes, type, k, n_v, t, alpha, beta_in);
 }
 
