@@ -483,12 +483,17 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
     qkb[d_k + tid] = k0;
   }
   gate(ga, gb, decay, b);
+  // Two register sets, alternating: token i+1's (loaded one step earlier) and token i+2's
+  // (loaded now). Rotating one set into the other (q1 = q2) would be a register move that
+  // waits for the load just issued, i.e. one memory latency per token.
   float q1 = 0.0f, k1 = 0.0f, v1 = 0.0f, ga1 = 0.0f, gb1 = 0.0f;
+  float q2 = 0.0f, k2 = 0.0f, v2 = 0.0f, ga2 = 0.0f, gb2 = 0.0f;
   if (p.t > 1) load_tok(1, q1, k1, v1, ga1, gb1);
   __syncthreads();
-  for (int i = 0; i < p.t; ++i) {
-    float q2 = 0.0f, k2 = 0.0f, v2 = 0.0f, ga2 = 0.0f, gb2 = 0.0f;
-    if (i + 2 < p.t) load_tok(i + 2, q2, k2, v2, ga2, gb2);
+  // step i: (qa..gba) hold token i+1, token i+2 is loaded into (qb..gbb)
+  auto step = [&](int i, float& qa, float& ka, float& va, float& gaa, float& gba, float& qb, float& kb,
+                  float& vb, float& gab, float& gbb) {
+    if (i + 2 < p.t) load_tok(i + 2, qb, kb, vb, gab, gbb);
     const float* qn = qkb + (i % 3) * 2 * d_k;
     const float* kn = qn + d_k;
     float pk = 0.0f, pq = 0.0f, kq = 0.0f;
@@ -505,8 +510,8 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
     red[(2 * RG + rg) * d_v + col] = kq;
     if (i + 1 < p.t && qk_thread) {
       float* nxt = qkb + ((i + 1) % 3) * 2 * d_k;
-      nxt[tid] = q1;
-      nxt[d_k + tid] = k1;
+      nxt[tid] = qa;
+      nxt[d_k + tid] = ka;
     }
     __syncthreads();
     float kvb = 0.0f, sq = 0.0f, kq_all = 0.0f;
@@ -519,13 +524,12 @@ __global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
 #pragma unroll
     for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
     if (rg == 0) p.out[(static_cast<int64_t>(i) * p.n_v + h) * d_v + col] = sq + delta * kq_all;
-    v = v1;
-    gate(ga1, gb1, decay, b);
-    q1 = q2;
-    k1 = k2;
-    v1 = v2;
-    ga1 = ga2;
-    gb1 = gb2;
+    v = va;
+    gate(gaa, gba, decay, b);
+  };
+  for (int i = 0; i < p.t; i += 2) {
+    step(i, q1, k1, v1, ga1, gb1, q2, k2, v2, ga2, gb2);
+    if (i + 1 < p.t) step(i + 1, q2, k2, v2, ga2, gb2, q1, k1, v1, ga1, gb1);
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
