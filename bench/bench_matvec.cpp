@@ -27,52 +27,65 @@ using cpu::Precision;
 struct WeightSet {
   DType type = DType::F32;
   int64_t k = 0, n = 0;
-  size_t matrix_bytes = 0;
+  size_t matrix_bytes = 0;  // one copy (Lanes16: codes + scales, rounded up to 64)
   int copies = 0;
-  bool huge = false;  // on 2 MiB pages (as repacked / copied weights are)
+  bool huge = false;   // on 2 MiB pages (as repacked / copied weights are)
+  bool lanes = false;  // PQ2_0 in the Lanes16 layout the AVX-512 decode reads (kernels/cpu/matvec.h)
   Bytes bytes;
+  cpu::WeightView view(int copy) const {
+    const uint8_t* p = bytes.get() + matrix_bytes * copy;
+    return lanes ? cpu::lanes_view(type, p, n, k) : cpu::WeightView{type, p, n, k};
+  }
 };
 
 // The buffer of the benchmark running now (regenerated when the shape changes).
-WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false) {
+WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false, bool lanes = false) {
   static WeightSet ws;
-  if (ws.type == type && ws.k == k && ws.n == n && ws.huge == huge && ws.bytes) return ws;
+  if (ws.type == type && ws.k == k && ws.n == n && ws.huge == huge && ws.lanes == lanes && ws.bytes)
+    return ws;
   ws.bytes.reset();
-  ws.type = type, ws.k = k, ws.n = n, ws.huge = huge;
-  ws.matrix_bytes = row_bytes(type, k) * n;
+  ws.type = type, ws.k = k, ws.n = n, ws.huge = huge, ws.lanes = lanes;
+  ws.matrix_bytes = lanes ? (cpu::lanes_total_bytes(n, k) + 63) / 64 * 64 : row_bytes(type, k) * n;
   ws.copies = static_cast<int>(std::max<size_t>(2, (kColdBytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
   const size_t total = ws.matrix_bytes * ws.copies;
   ws.bytes = alloc_bytes(total, huge);
   fill_random(ws.bytes.get(), total, static_cast<uint64_t>(k * 131 + n));
   // Replace each block's scale by a normal fp16 value (random bytes could be
   // NaN/Inf/subnormal, which is not what real weights look like).
+  const uint16_t d = f32_to_fp16(0.0123f);
+  if (lanes) {
+    for (int c = 0; c < ws.copies; ++c) {
+      uint8_t* sc = ws.bytes.get() + ws.matrix_bytes * c + cpu::lanes_scales_offset(n, k);
+      for (int64_t b = 0; b < n * (k / 128); ++b) std::memcpy(sc + 2 * b, &d, 2);
+    }
+    return ws;
+  }
   const DTypeInfo info = dtype_info(type);
   const size_t scale_off = type == DType::PTQ1_0 ? 26 : 0;
-  const uint16_t d = f32_to_fp16(0.0123f);
   for (size_t b = 0; b < total / info.type_size; ++b)
     std::memcpy(ws.bytes.get() + b * info.type_size + scale_off, &d, 2);
   return ws;
 }
 
-void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa, bool huge = false) {
+void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa, bool huge = false,
+               bool lanes = false) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
   }
   const int64_t k = state.range(0), n = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  WeightSet& ws = weights(type, k, n, huge);
+  WeightSet& ws = weights(type, k, n, huge, lanes);
   std::vector<float> x(k), y(n);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(rng);
   cpu::PreparedAct act;
-  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(type));
+  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(ws.view(0)));
   ThreadPool& tp = pool(threads);
   int copy = 0;
   for (auto _ : state) {
-    const cpu::WeightView w{type, ws.bytes.get() + ws.matrix_bytes * copy, n, k};
-    cpu::matvec(w, act, y.data(), tp, isa);
+    cpu::matvec(ws.view(copy), act, y.data(), tp, isa);
     benchmark::DoNotOptimize(y.data());
     copy = (copy + 1) % ws.copies;
   }
@@ -105,6 +118,12 @@ BENCHMARK_CAPTURE(BM_matvec, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx
 // read_bandwidth_thp.
 BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_thp, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true)
     ->Apply(shapes);
+// What the AVX-512 decode streams by default: every PQ2_0 / Q2_0 g128 / PTQ1_0
+// weight repacked at load into the Lanes16 layout on huge pages.
+BENCHMARK_CAPTURE(BM_matvec, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true, true)
+    ->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true, true)
+    ->Apply(shapes);
 // The AVX2 baseline on the same machine, and single-thread figures.
 BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_avx2, DType::PQ2_0, Precision::Faithful, Isa::Avx2)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_avx2, DType::PTQ1_0, Precision::Faithful, Isa::Avx2)
@@ -117,7 +136,7 @@ BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_1t, DType::PTQ1_0, Precision::Faithfu
 // Compute ceiling: a 5120 × 128 matrix (L2-resident) on one thread, timed in
 // CPU time so other load on the machine does not distort it. Compare with the
 // per-core share of read_bandwidth (threads:2 / 2).
-void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa) {
+void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa, bool lanes = false) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
@@ -130,17 +149,27 @@ void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa)
   for (size_t b = 0; b < w.size() / info.type_size; ++b)
     std::memcpy(w.data() + b * info.type_size + (type == DType::PTQ1_0 ? 26 : 0), &d, 2);
   std::vector<float> x(k, 0.5f), y(n);
+  cpu::WeightView view{type, w.data(), n, k};
+  Bytes packed;
+  size_t bytes = w.size();
+  if (lanes) {  // the same matrix in the Lanes16 layout (64-byte aligned)
+    bytes = static_cast<size_t>(cpu::lanes_total_bytes(n, k));
+    packed = alloc_bytes(bytes);
+    cpu::pack_lanes_rows(view, packed.get(), 0, n);
+    view = cpu::lanes_view(type, packed.get(), n, k);
+  }
   cpu::PreparedAct act;
-  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(type));
-  const cpu::WeightView view{type, w.data(), n, k};
+  cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(view));
   for (auto _ : state) {
     cpu::matvec_rows(view, act, y.data(), 0, n, isa);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * w.size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful, DType::PQ2_0, Precision::Faithful, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful, DType::Q2_0_G64, Precision::Faithful, Isa::Avx512);

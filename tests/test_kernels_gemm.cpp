@@ -170,6 +170,59 @@ INSTANTIATE_TEST_SUITE_P(Formats, GemmTest,
                                             ::testing::Values(Isa::Avx2, Isa::Avx512)),
                          param_name);
 
+// The GEMM on Lanes16 weights (kernels/cpu/matvec.h; the AVX-512 backend's
+// default repack) reads the same codes and scales through a different loader,
+// and accumulates the same per-block terms in the same order: bit-identical
+// to the GEMM on the file layout. Also within the float bound of the lanes
+// matvec and within the full bound of the reference. Shapes cover one slab,
+// a slab cut by the row end, a tail group of 1 (nb = 17) and K = 5120 (tail of 8).
+TEST(GemmLanes, EqualsFileLayoutGemm) {
+  if (!gemm_supported(DType::PQ2_0, Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  ThreadPool pool1(1), pool2(2);
+  struct Shape {
+    int64_t n, k;
+  };
+  for (Precision prec : {Precision::Faithful, Precision::Int8})
+    for (const Shape sh : {Shape{77, 256}, Shape{130, 640}, Shape{67, 17 * 128}, Shape{33, 5120}}) {
+      const Matrix m = random_ternary(DType::PQ2_0, sh.n, sh.k, static_cast<uint32_t>(sh.n * 3 + sh.k));
+      std::vector<uint8_t> lanes(static_cast<size_t>(lanes_total_bytes(sh.n, sh.k)));
+      pack_lanes_rows(m.view(), lanes.data(), 0, sh.n);
+      const WeightView lv = lanes_view(m.type, lanes.data(), sh.n, sh.k);
+      for (int t : {1, 7, 64}) {
+        const std::vector<float> x = activations(t, sh.k, static_cast<uint32_t>(t * 17 + sh.n));
+        std::vector<double> yr, tol, flt;
+        reference(m, x, t, prec, yr, tol, flt);
+        PreparedBatch batch;
+        prepare_batch(x.data(), t, sh.k, 128, prec, batch);
+        std::vector<float> yf(static_cast<size_t>(t * sh.n)), y1(yf.size(), -1.0f), y2(yf.size(), -2.0f);
+        gemm(m.view(), batch, yf.data(), pool1, Isa::Avx512);
+        gemm(lv, batch, y1.data(), pool1, Isa::Avx512);
+        gemm(lv, batch, y2.data(), pool2, Isa::Avx512);
+        PreparedAct act;
+        std::vector<float> ym(static_cast<size_t>(sh.n));
+        for (int i = 0; i < t; ++i) {
+          prepare_act(x.data() + i * sh.k, sh.k, prec, act, layouts_for(lv));
+          matvec(lv, act, ym.data(), pool1, Isa::Avx512);
+          for (int64_t r = 0; r < sh.n; ++r) {
+            const size_t at = static_cast<size_t>(i * sh.n + r);
+            const std::string what = "n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
+                                     " t=" + std::to_string(t) + " token " + std::to_string(i) + " row " +
+                                     std::to_string(r);
+            ASSERT_EQ(y1[at], yf[at]) << what << " (lanes vs file layout)";
+            ASSERT_EQ(y1[at], y2[at]) << what << " (threads must not change the result)";
+            ASSERT_NEAR(y1[at], yr[at], tol[at]) << what;
+            ASSERT_NEAR(y1[at], ym[r], flt[at]) << what << " (vs lanes matvec)";
+          }
+        }
+      }
+      PreparedBatch b;
+      const std::vector<float> x = activations(2, sh.k, 1);
+      prepare_batch(x.data(), 2, sh.k, 128, prec, b);
+      std::vector<float> y(static_cast<size_t>(2 * sh.n));
+      EXPECT_THROW(gemm(lv, b, y.data(), pool1, Isa::Avx2), Error);  // no AVX2 lanes loader
+    }
+}
+
 // The batched matmul of the CPU backend (GEMM on AVX2 / AVX-512, matvec per
 // token on the scalar level) against the reference and against the
 // token-by-token path; matmul_multi against matmul.

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -78,6 +79,7 @@ Matrix random_float(DType t, int64_t n, int64_t k, std::mt19937& rng) {
 
 struct Expected {
   std::vector<double> y, tol;
+  std::vector<double> flt;  // the float-rounding part of tol (ternary)
 };
 
 // Reference values and per-row tolerances (see the file comment).
@@ -93,7 +95,7 @@ Expected reference(const Matrix& m, const std::vector<float>& x, Precision p) {
     half_step[b] = amax / Q / 2;
   }
   const int64_t n_blocks = m.k / dtype_info(m.type).block_size;
-  Expected e{std::vector<double>(m.n), std::vector<double>(m.n)};
+  Expected e{std::vector<double>(m.n), std::vector<double>(m.n), std::vector<double>(m.n)};
   std::vector<float> w(m.k);
   const size_t rb = row_bytes(m.type, m.k);
   for (int64_t r = 0; r < m.n; ++r) {
@@ -105,7 +107,8 @@ Expected reference(const Matrix& m, const std::vector<float>& x, Precision p) {
       bound += std::fabs(double(w[j])) * half_step[j / ab];
     }
     e.y[r] = y;
-    e.tol[r] = ternary ? 1.01 * bound + (n_blocks + 4) * 2 * kEps * (mag + bound) : (m.k + 2) * kEps * mag;
+    e.flt[r] = (n_blocks + 4) * 2 * kEps * (mag + bound);
+    e.tol[r] = ternary ? 1.01 * bound + e.flt[r] : (m.k + 2) * kEps * mag;
   }
   return e;
 }
@@ -244,6 +247,142 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::PQ2_0, DType::Q2_0_G128, DType::Q2_0_G64, DType::PTQ1_0),
                        ::testing::ValuesIn(isas()), ::testing::Values(Precision::Faithful, Precision::Int8)),
     ternary_name);
+
+// ---- the block-lanes layout (WeightLayout::Lanes16, AVX-512) ---------------------
+
+// The Lanes16 copy of a PQ2_0 / Q2_0 g128 matrix (pack_lanes_rows), kept with its view.
+struct LanesMatrix {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+  explicit LanesMatrix(const Matrix& m) : bytes(static_cast<size_t>(lanes_total_bytes(m.n, m.k)), 0xEE) {
+    pack_lanes_rows(m.view(), bytes.data(), 0, m.n);
+    view = lanes_view(m.type, bytes.data(), m.n, m.k);
+  }
+};
+
+// Every code byte and scale lands where matvec.h's layout description says
+// (restated here), row padding is zero, and nothing is lost: the file bytes
+// rebuilt from the layout equal the original.
+TEST(LanesLayout, RepackRoundTrip) {
+  std::mt19937 rng(5);
+  for (int64_t nb : {1, 15, 16, 17, 40, 136}) {
+    const int64_t n = 3, k = nb * 128;
+    const Matrix m = random_ternary(DType::PQ2_0, n, k, rng, true);
+    const LanesMatrix l(m);
+    const int64_t rb = lanes_code_row_bytes(k);
+    ASSERT_EQ(rb % 64, 0);
+    ASSERT_GE(rb, nb * 32);
+    std::vector<uint8_t> rebuilt(m.bytes.size());
+    for (int64_t r = 0; r < n; ++r) {
+      const uint8_t* codes = l.bytes.data() + r * rb;
+      const uint8_t* sc = l.bytes.data() + lanes_scales_offset(n, k) + r * nb * 2;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t j = b / 16, g = std::min<int64_t>(16, nb - 16 * j);
+        uint8_t* blk = rebuilt.data() + r * row_bytes(DType::PQ2_0, k) + b * 34;
+        std::memcpy(blk, sc + 2 * b, 2);
+        for (int c = 0; c < 8; ++c)
+          for (int i = 0; i < 4; ++i) blk[2 + 4 * c + i] = codes[512 * j + 4 * g * c + 4 * (b % 16) + i];
+      }
+      for (int64_t p = nb * 32; p < rb; ++p) ASSERT_EQ(codes[p], 0) << "padding, nb " << nb;
+    }
+    ASSERT_EQ(rebuilt, m.bytes) << "nb " << nb;
+  }
+}
+
+// The Lanes16 kernel against the reference (same tolerance as the file-layout
+// kernels: same integers, float order only) and against the file-layout
+// AVX-512 kernel (the float part of that tolerance covers the difference),
+// at every group shape: one block, a tail group alone (15), exactly one
+// group (16), one group + a tail of 1 (17), the 27B's K = 5120 (16 + 16 + 8)
+// and K = 17408 (8 groups + 8); row counts off the 4- and 2-row walks.
+TEST(LanesMatvec, MatchesReferenceAndFileLayout) {
+  skip_unless_supported(Isa::Avx512);
+  ThreadPool pool1(1), pool2(2);
+  for (Precision prec : {Precision::Faithful, Precision::Int8})
+    for (DType type : {DType::PQ2_0, DType::Q2_0_G128}) {
+      std::mt19937 rng(77 + static_cast<int>(prec));
+      for (auto [n, nb] : std::vector<std::pair<int64_t, int64_t>>{
+               {5, 1}, {7, 15}, {9, 16}, {6, 17}, {13, 40}, {11, 136}, {1, 40}, {3, 17}}) {
+        const int64_t k = nb * 128;
+        const Matrix m = random_ternary(type, n, k, rng, /*allow3=*/true);
+        const LanesMatrix l(m);
+        for (Input in :
+             {Input::Gaussian, Input::Huge, Input::Tiny, Input::Zero, Input::MixedBlocks, Input::Spiky}) {
+          const std::vector<float> x = make_input(in, k, rng);
+          PreparedAct act;
+          prepare_act(x.data(), k, prec, act, layouts_for(l.view) | layouts_for(type));
+          const Expected e = reference(m, x, prec);
+          const std::string what =
+              std::string(dtype_name(type)) + (prec == Precision::Faithful ? " faithful" : " int8") +
+              " n=" + std::to_string(n) + " nb=" + std::to_string(nb) + " " + input_name(in);
+          std::vector<float> y1(n, -1.0f), y2(n, -2.0f), yf(n, -3.0f);
+          matvec(l.view, act, y1.data(), pool1, Isa::Avx512);
+          expect_close(y1, e, what + " lanes, 1 thread");
+          matvec(l.view, act, y2.data(), pool2, Isa::Avx512);
+          for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y1[r], y2[r]) << what << " 2 threads, row " << r;
+          matvec(m.view(), act, yf.data(), pool1, Isa::Avx512);
+          for (int64_t r = 0; r < n; ++r) {
+            // Same integers and per-block products; each sum's order costs ≤ n_blocks roundings of
+            // Σ|terms| ≤ mag + bound, so the two differ by less than the float part of the tolerance.
+            ASSERT_NEAR(y1[r], yf[r], e.flt[r]) << what << " vs the file layout, row " << r;
+            if (in == Input::Zero) {
+              ASSERT_EQ(y1[r], 0.0f) << what << " row " << r;
+            }
+          }
+        }
+      }
+    }
+}
+
+TEST(LanesMatvec, ErrorSizeMatchesTheAnalysis) {
+  skip_unless_supported(Isa::Avx512);
+  std::mt19937 rng(99);
+  const int64_t n = 64, k = 5120;
+  const Matrix m = random_ternary(DType::PQ2_0, n, k, rng, false, 1 << 30);
+  const LanesMatrix l(m);
+  const std::vector<float> x = make_input(Input::Gaussian, k, rng);
+  ThreadPool pool(2);
+  for (Precision prec : {Precision::Faithful, Precision::Int8}) {
+    PreparedAct act;
+    prepare_act(x.data(), k, prec, act, layouts_for(l.view));
+    std::vector<float> y(n);
+    matvec(l.view, act, y.data(), pool, Isa::Avx512);
+    const Expected e = reference(m, x, prec);
+    double err = 0, ref = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      err += (y[r] - e.y[r]) * (y[r] - e.y[r]);
+      ref += e.y[r] * e.y[r];
+    }
+    const double rel = std::sqrt(err / ref);
+    if (prec == Precision::Faithful) {
+      EXPECT_LT(rel, 1e-4);
+    } else {
+      EXPECT_GT(rel, 1e-3);
+      EXPECT_LT(rel, 2e-2);
+    }
+  }
+}
+
+TEST(LanesMatvec, RejectsWhatItCannotRun) {
+  std::mt19937 rng(3);
+  const Matrix m = random_ternary(DType::PQ2_0, 4, 256, rng, false);
+  const LanesMatrix l(m);
+  std::vector<float> x(256, 1.0f), y(4);
+  PreparedAct file_only, lanes;
+  prepare_act(x.data(), 256, Precision::Faithful, file_only, layouts_for(DType::PQ2_0));
+  prepare_act(x.data(), 256, Precision::Faithful, lanes, layouts_for(l.view));
+  ThreadPool pool(1);
+  if (isa_supported(Isa::Avx512)) {
+    EXPECT_THROW(matvec(l.view, file_only, y.data(), pool, Isa::Avx512), Error);  // activation layout
+  }
+  EXPECT_THROW(matvec(l.view, lanes, y.data(), pool, Isa::Avx2), Error);  // no AVX2 lanes kernel
+  WeightView bad = l.view;
+  bad.type = DType::Q2_0_G64;
+  EXPECT_THROW(matvec(bad, lanes, y.data(), pool, Isa::Avx512), Error);
+  const Matrix g64 = random_ternary(DType::Q2_0_G64, 4, 256, rng, false);
+  std::vector<uint8_t> buf(static_cast<size_t>(lanes_total_bytes(4, 256)));
+  EXPECT_THROW(pack_lanes_rows(g64.view(), buf.data(), 0, 4), Error);
+}
 
 // ---- float formats -------------------------------------------------------------
 

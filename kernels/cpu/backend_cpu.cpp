@@ -50,6 +50,7 @@ void CpuBackend::release(float* p) {
 cpu::WeightView CpuBackend::view(const Weight& w) {
   if (w.prepared) {
     auto* r = static_cast<cpu::Repack*>(w.prepared);
+    if (r->layout == cpu::WeightLayout::Lanes16) return cpu::lanes_view(r->type, r->bytes.data(), w.n, w.k);
     return {r->type, r->bytes.data(), w.n, w.k};
   }
   return cpu::view_of(w);
@@ -127,7 +128,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
   }
   // Decode-shaped: one matvec per row of x (also prefill where no GEMM kernel exists).
   for (int i = 0; i < t; ++i) {
-    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w).type));
+    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w)));
     cpu::matvec(view(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
   }
 }
@@ -137,7 +138,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   uint32_t layouts = 0;
   for (const Weight* w : ws) {
     if (!fast_type(w->type) || w->k != ws[0]->k) return Backend::matmul_multi(ws, x, ys, t);
-    layouts |= cpu::layouts_for(view(*w).type);
+    layouts |= cpu::layouts_for(view(*w));
   }
   if (t > 1 && std::all_of(ws.begin(), ws.end(), [&](const Weight* w) {
         return cpu::gemm_supported(view(*w).type, isa_) &&

@@ -69,19 +69,30 @@ detail::GemmArgs bind(const WeightView& w, const PreparedBatch& a, float* y, Isa
     fail("gemm: {} weights need {}-element activation blocks, the batch has {}", dtype_name(w.type),
          gemm_block(w.type), a.block);
   if (w.n < 0 || (w.n > 0 && !w.data)) fail("gemm: {} weight has no data", dtype_name(w.type));
+  const bool lanes = w.layout == WeightLayout::Lanes16;
+  if (lanes) {
+    if (w.type != DType::PQ2_0 && w.type != DType::Q2_0_G128)
+      fail("gemm: the block-lanes layout holds PQ2_0 / Q2_0 g128 weights, not {}", dtype_name(w.type));
+    if (isa != Isa::Avx512)
+      fail("gemm: block-lanes {} weights need the AVX-512 kernels (asked for {})", dtype_name(w.type),
+           isa_name(isa));
+    if (w.n > 0 && !w.scales) fail("gemm: block-lanes {} weight has no scales", dtype_name(w.type));
+  }
   const DTypeInfo info = dtype_info(w.type);
   if (w.k % info.block_size)
     fail("gemm: {} weight width {} is not a multiple of its block {}", dtype_name(w.type), w.k,
          info.block_size);
   detail::GemmArgs g{};
   g.w = w.data;
-  g.row_bytes = static_cast<int64_t>(row_bytes(w.type, w.k));
+  g.row_bytes = lanes ? lanes_code_row_bytes(w.k) : static_cast<int64_t>(row_bytes(w.type, w.k));
   g.n_rows = w.n;
   g.n_blocks = w.k / info.block_size;
   g.block = static_cast<int>(info.block_size);
   g.block_bytes = static_cast<int>(info.type_size);
   g.ptq1 = w.type == DType::PTQ1_0;
   g.end = w.data + g.row_bytes * w.n;
+  g.lanes = lanes;
+  g.scales = lanes ? w.scales : nullptr;
   g.q = a.q.data();
   g.corr = a.corr.data();
   g.scale = a.scale.data();

@@ -88,6 +88,60 @@ void decode_vec(const uint8_t* src, int64_t stride, int bb, int block, int nb, _
   }
 }
 
+// decode_vec for Lanes16 weights (kernels/cpu/matvec.h): blocks [b0, b0 + nb)
+// (nb ≤ 4, within one group of 16) of the 16 rows at codes row0 (rows
+// row_bytes apart), scales at srow0 (rows n_blocks·2 bytes apart). In that
+// layout dword u of block b sits in chunk u of b's group (64 B, or 4g B for a
+// tail group of g blocks) at lane b mod 16, so one 16-byte load per (row, u)
+// brings dword u of the slab's 4 blocks. Four such loads (rows q, 4 + q,
+// 8 + q, 12 + q) fill register A_q; the 4 × 4 dword transposes that
+// unpack{lo,hi}_epi{32,64} run inside every 128-bit lane then leave dword u of
+// block lb for row 4t + q in lane 4t + q of B_lb: rows across lanes, in order.
+void decode_lanes(const uint8_t* row0, int64_t row_bytes, const uint8_t* srow0, int64_t n_blocks, int64_t b0,
+                  int nb, __mmask16 valid, int m, uint8_t* codes, float* d) {
+  const int64_t j = b0 / 16, pos = b0 % 16;
+  const int64_t g = n_blocks - j * 16 < 16 ? n_blocks - j * 16 : 16;  // blocks in this group
+  const int64_t chunk = 4 * g;
+  const __mmask8 blk_mask = static_cast<__mmask8>((1u << nb) - 1);
+  const __m512i m3 = _mm512_set1_epi32(0x03030303);
+  const __m512i zero = _mm512_setzero_si512();
+  // Scales: the dword ending at each fp16 d (its upper half), so nothing past
+  // the buffer is read; the 2 bytes before a row's first scale are the
+  // previous row's last scale or, for row 0, the end of the code rows.
+  const int64_t sb = n_blocks * 2;
+  const __m512i sidx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(sb)));
+  for (int lb = 0; lb < nb; ++lb) {
+    const __m512i dd = _mm512_mask_i32gather_epi32(zero, valid, sidx, srow0 + (b0 + lb) * 2 - 2, 1);
+    _mm512_store_ps(d + lb * kGemmPanelRows + 16 * m,
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+  }
+  __mmask8 rmask[16];
+  for (int i = 0; i < 16; ++i) rmask[i] = (valid >> i) & 1 ? blk_mask : __mmask8(0);
+  for (int u = 0; u < 8; ++u) {
+    const uint8_t* base = row0 + j * 512 + u * chunk + 4 * pos;
+    __m512i A[4];
+    for (int q = 0; q < 4; ++q) {
+      __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi32(rmask[q], base + q * row_bytes));
+      v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[4 + q], base + (4 + q) * row_bytes), 1);
+      v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[8 + q], base + (8 + q) * row_bytes), 2);
+      A[q] = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[12 + q], base + (12 + q) * row_bytes), 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(A[0], A[1]), t1 = _mm512_unpackhi_epi32(A[0], A[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(A[2], A[3]), t3 = _mm512_unpackhi_epi32(A[2], A[3]);
+    const __m512i B[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    for (int lb = 0; lb < nb; ++lb) {
+      uint8_t* out = codes + (static_cast<int64_t>(lb) * 32 + 4 * u) * 256 + 64 * m;
+      _mm512_store_si512(out, _mm512_and_si512(B[lb], m3));
+      _mm512_store_si512(out + 256, _mm512_and_si512(_mm512_srli_epi32(B[lb], 2), m3));
+      _mm512_store_si512(out + 512, _mm512_and_si512(_mm512_srli_epi32(B[lb], 4), m3));
+      _mm512_store_si512(out + 768, _mm512_and_si512(_mm512_srli_epi32(B[lb], 6), m3));
+    }
+  }
+}
+
 // One block × 64 rows × N tokens: y[n][16m + i] += d_i·s_n · Σ_j (c − 1)·q.
 // codes: the block's [steps][4][64]; q: token 0's block bytes (hi, then lo at
 // +lo_off when faithful), tokens tok_stride apart.
@@ -170,6 +224,35 @@ void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
   uint8_t* tbuf = scratch + 32768 + slab * kGemmPanelRows * 4;  // PTQ1_0 → PQ2_0 rows [64][slab·34]
   for (int64_t b0 = 0; b0 < a.n_blocks; b0 += slab) {
     const int nb = static_cast<int>(a.n_blocks - b0 < slab ? a.n_blocks - b0 : slab);
+    if (a.lanes) {
+      for (int m = 0; m < 4; ++m) {
+        const int64_t rm = mask[m] ? r0 + 16 * m : r0;
+        decode_lanes(a.w + rm * a.row_bytes, a.row_bytes, a.scales + rm * a.n_blocks * 2, a.n_blocks, b0, nb,
+                     mask[m], m, codes, d);
+      }
+      // Prefetch the next group (or the next panel's first) during this
+      // group's slabs, a share of the 64 rows per slab and block.
+      const int64_t j = b0 / 16, gb = j * 16;
+      const int64_t g = a.n_blocks - gb < 16 ? a.n_blocks - gb : 16;
+      const int64_t n_slabs = (g + slab - 1) / slab, q = (b0 - gb) / slab;
+      const bool last = gb + g >= a.n_blocks;
+      for (int lb = 0; lb < nb; ++lb) {
+        const int64_t i0 = (q * nb + lb) * kGemmPanelRows / (n_slabs * nb);
+        const int64_t i1 = (q * nb + lb + 1) * kGemmPanelRows / (n_slabs * nb);
+        gemm_prefetch_lanes(a, last ? r0 + kGemmPanelRows : r0, last ? 0 : j + 1, i0, i1);
+        const int64_t b = b0 + lb;
+        const int8_t* qb = a.q + b * a.t * tok_stride;
+        const uint8_t* cb = codes + static_cast<int64_t>(lb) * steps * 256;
+        const float* db = d + lb * kGemmPanelRows;
+        if (a.faithful)
+          run_tiles<true>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
+                          ybuf, kGemmPanelRows, full);
+        else
+          run_tiles<false>(cb, steps, db, qb, tok_stride, a.block, a.corr + b * a.t, a.scale + b * a.t, a.t,
+                           ybuf, kGemmPanelRows, full);
+      }
+      continue;
+    }
     const uint8_t* src;
     int64_t stride;
     int bb;

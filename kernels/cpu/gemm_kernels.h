@@ -29,6 +29,10 @@ struct GemmArgs {
   int block_bytes;     // 34 (PQ2_0 / Q2_0 g128), 18 (Q2_0 g64), 28 (PTQ1_0)
   bool ptq1;           // PTQ1_0: transcoded to PQ2_0 per slab before decoding
   const uint8_t* end;  // end of the weight data (PTQ1_0 transcode reads are bounded by it)
+  // Lanes16 weights (kernels/cpu/matvec.h; AVX-512 only): w / row_bytes are the
+  // code rows, scales the fp16 d [n_rows][n_blocks].
+  bool lanes;
+  const uint8_t* scales;
   // The prepared batch (see gemm.h).
   const int8_t* q;
   const int32_t* corr;
@@ -55,6 +59,22 @@ static inline void gemm_prefetch_rows(const GemmArgs& a, int64_t r0, int64_t b0,
     const int64_t n = a.ptq1 ? nb * 28 : bytes;
     for (int64_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 2);
     __builtin_prefetch(p + n - 1, 0, 2);
+  }
+}
+
+// Lanes16: prefetch (into L2) group j's code chunks and scales for rows
+// [r0 + i0, r0 + i1) (the panel loop spreads a group's prefetches over the
+// slabs of the group before it).
+static inline void gemm_prefetch_lanes(const GemmArgs& a, int64_t r0, int64_t j, int64_t i0, int64_t i1) {
+  constexpr int64_t kGroup = 16;
+  if (j * kGroup >= a.n_blocks) return;
+  const int64_t g = a.n_blocks - j * kGroup < kGroup ? a.n_blocks - j * kGroup : kGroup;
+  for (int64_t i = r0 + i0; i < r0 + i1 && i < a.n_rows; ++i) {
+    const uint8_t* p = a.w + i * a.row_bytes + j * 512;
+    for (int64_t off = 0; off < 32 * g; off += 64) __builtin_prefetch(p + off, 0, 2);
+    const uint8_t* s = a.scales + (i * a.n_blocks + j * kGroup) * 2;
+    __builtin_prefetch(s, 0, 2);
+    __builtin_prefetch(s + 2 * g - 1, 0, 2);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "bonsai/error.h"
 #include "kernels/cpu/matvec_kernels.h"
@@ -12,6 +13,7 @@ namespace {
 
 using detail::FloatKernel;
 using detail::TernaryKernel;
+static_assert(kLanesGroup == detail::kLanesGroupBlocks);
 
 TernaryKernel ternary_kernel(DType t, Isa isa) {
   switch (t) {
@@ -61,12 +63,42 @@ struct Bound {
   }
 };
 
+detail::PackedView packed_view(const PreparedAct& a, ActLayout l) {
+  const PackedAct& p = a.packed[static_cast<int>(l)];
+  return {p.hi.data(), a.precision == Precision::Faithful ? p.lo.data() : nullptr, p.corr.data(),
+          p.scale.data(), p.n_groups};
+}
+
+void check_lanes(const WeightView& w, const char* who) {
+  if (w.type != DType::PQ2_0 && w.type != DType::Q2_0_G128)
+    fail("{}: the block-lanes layout holds PQ2_0 / Q2_0 g128 weights, not {}", who, dtype_name(w.type));
+  if (w.k % 128) fail("{}: block-lanes weight width {} is not a multiple of 128", who, w.k);
+}
+
 Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
   if (!isa_supported(isa)) fail("matvec: instruction set {} is not supported by this CPU", isa_name(isa));
   if (w.k != a.k)
     fail("matvec: {} weight has {} inputs but the activation has {}", dtype_name(w.type), w.k, a.k);
   if (w.n < 0 || (w.n > 0 && !w.data)) fail("matvec: {} weight has no data", dtype_name(w.type));
   Bound b;
+  if (w.layout == WeightLayout::Lanes16) {
+    check_lanes(w, "matvec");
+    if (w.n > 0 && !w.scales) fail("matvec: block-lanes {} weight has no scales", dtype_name(w.type));
+    if (isa != Isa::Avx512)
+      fail("matvec: block-lanes {} weights need the AVX-512 kernels (asked for {})", dtype_name(w.type),
+           isa_name(isa));
+    if (!(a.layouts & layout_bit(ActLayout::Lanes16)))
+      fail("matvec: the activation was not prepared for block-lanes weights (prepare_act layouts {:#x})",
+           a.layouts);
+    b.tk = detail::pq2_lanes_rows_avx512;
+    b.targs.w = w.data;
+    b.targs.row_bytes = lanes_code_row_bytes(w.k);
+    b.targs.n_blocks = w.k / 128;
+    b.targs.end = w.data + b.targs.row_bytes * w.n;
+    b.targs.a = packed_view(a, ActLayout::Lanes16);
+    b.targs.scales = w.scales;
+    return b;
+  }
   const DTypeInfo info = dtype_info(w.type);
   if (TernaryKernel tk = ternary_kernel(w.type, isa)) {
     const uint32_t need = layouts_for(w.type);
@@ -76,14 +108,13 @@ Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
     if (w.k % info.block_size)
       fail("matvec: {} weight width {} is not a multiple of its block {}", dtype_name(w.type), w.k,
            info.block_size);
-    const PackedAct& p = a.packed[std::countr_zero(need)];
     b.tk = tk;
     b.targs.w = w.data;
     b.targs.row_bytes = static_cast<int64_t>(row_bytes(w.type, w.k));
     b.targs.n_blocks = w.k / info.block_size;
     b.targs.end = w.data + b.targs.row_bytes * w.n;
-    b.targs.a = {p.hi.data(), a.precision == Precision::Faithful ? p.lo.data() : nullptr, p.corr.data(),
-                 p.scale.data(), p.n_groups};
+    b.targs.a = packed_view(a, static_cast<ActLayout>(std::countr_zero(need)));
+    b.targs.scales = nullptr;
     return b;
   }
   const int fc = float_code(w.type);
@@ -139,9 +170,41 @@ struct ChunkPlan {
   int64_t end(int64_t t) const { return std::min(total, begin(t + 1)); }
 };
 
-int64_t weight_row_bytes(const WeightView& w) { return static_cast<int64_t>(row_bytes(w.type, w.k)); }
+int64_t weight_row_bytes(const WeightView& w) {
+  if (w.layout == WeightLayout::Lanes16) return lanes_code_row_bytes(w.k) + w.k / 128 * 2;
+  return static_cast<int64_t>(row_bytes(w.type, w.k));
+}
 
 }  // namespace
+
+uint32_t layouts_for(const WeightView& w) {
+  return w.layout == WeightLayout::Lanes16 ? layout_bit(ActLayout::Lanes16) : layouts_for(w.type);
+}
+
+void pack_lanes_row(const uint8_t* src, int64_t k, uint8_t* codes, uint8_t* scales) {
+  const int64_t nb = k / 128, rb = lanes_code_row_bytes(k);
+  const int64_t n_full = nb / kLanesGroup, tail = nb % kLanesGroup;
+  std::memset(codes + nb * 32, 0, static_cast<size_t>(rb - nb * 32));  // row padding (odd nb)
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = src + b * 34;  // {fp16 d; uint8 qs[32]}
+    const int64_t j = b / kLanesGroup, lane = b % kLanesGroup;
+    const int64_t chunk = j < n_full ? 64 : 4 * tail;  // bytes per chunk of this group
+    for (int c = 0; c < 8; ++c) std::memcpy(codes + j * 512 + c * chunk + 4 * lane, blk + 2 + 4 * c, 4);
+    std::memcpy(scales + b * 2, blk, 2);
+  }
+}
+
+void pack_lanes_rows(const WeightView& src, uint8_t* dst, int64_t r0, int64_t r1) {
+  if (src.layout != WeightLayout::File) fail("pack_lanes_rows: the source must be in its file layout");
+  check_lanes(src, "pack_lanes_rows");
+  if (r0 < 0 || r1 > src.n || r0 > r1)
+    fail("pack_lanes_rows: row range [{}, {}) outside 0..{}", r0, r1, src.n);
+  const int64_t src_rb = static_cast<int64_t>(row_bytes(src.type, src.k));
+  uint8_t* scales = dst + lanes_scales_offset(src.n, src.k);
+  for (int64_t r = r0; r < r1; ++r)
+    pack_lanes_row(src.data + r * src_rb, src.k, dst + r * lanes_code_row_bytes(src.k),
+                   scales + r * (src.k / 128) * 2);
+}
 
 void matvec_rows(const WeightView& w, const PreparedAct& a, float* y, int64_t r0, int64_t r1, Isa isa) {
   if (r0 < 0 || r1 > w.n || r0 > r1) fail("matvec: row range [{}, {}) outside 0..{}", r0, r1, w.n);
@@ -178,6 +241,23 @@ void matvec_multi(std::span<const MatvecJob> jobs, const PreparedAct& a, ThreadP
       bound[i].run(jobs[i].y, r0, r1);
     }
   });
+}
+
+void transcode_ptq1_rows(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1, Isa isa) {
+  if (w.type != DType::PTQ1_0) fail("transcode_ptq1_rows: weight is {}, not PTQ1_0", dtype_name(w.type));
+  if (w.k % 128) fail("transcode_ptq1_rows: width {} is not a multiple of 128", w.k);
+  if (r0 < 0 || r1 > w.n || r0 > r1)
+    fail("transcode_ptq1_rows: row range [{}, {}) outside 0..{}", r0, r1, w.n);
+  const int64_t src_row = static_cast<int64_t>(row_bytes(DType::PTQ1_0, w.k));
+  const int64_t dst_row = static_cast<int64_t>(row_bytes(DType::PQ2_0, w.k));
+  const uint8_t* end = w.data + src_row * w.n;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* d = dst + (r - r0) * dst_row;
+    if (isa == Isa::Scalar || !isa_supported(Isa::Avx2))
+      bonsai::transcode_ptq1_to_pq2(w.data + r * src_row, d, w.k);
+    else
+      detail::transcode_ptq1_blocks_avx2(w.data + r * src_row, d, w.k / 128, end);
+  }
 }
 
 void transcode_ptq1_to_pq2(const WeightView& w, uint8_t* dst, ThreadPool& pool, Isa isa) {

@@ -33,6 +33,23 @@
 // activation is laid out once in that permuted order: the ActLayout families.
 // Blocks are grouped so that one group fills a 512-bit register (two 128-blocks
 // or four 64-blocks); AVX2 and scalar kernels read the same layout.
+//
+// ---- The block-lanes weight layout (WeightLayout::Lanes16) --------------------
+// For the AVX-512 kernels the CPU backend re-lays 128-blocks of 2-bit codes
+// (PQ2_0, Q2_0 g128, and PTQ1_0 after its transcode) at load so that one
+// 32-bit lane holds one *block* across a whole group of 16 blocks: the int32
+// accumulators of vpdpbusd then sum each block in its own lane for 8 code
+// registers in a row, and the per-block float work (fp16 scale, cvt, FMA)
+// is paid once per 16 blocks instead of once per 2. Per row:
+//   codes: groups of 16 blocks (2048 weights), 512 bytes = 8 chunks of 64 B;
+//          byte 4b + i of chunk c = qs[4c + i] of block 16j + b (its lane b).
+//          A tail group of g < 16 blocks uses chunks of 4g bytes (kernels load
+//          it masked). Rows are lanes_code_row_bytes(k) apart (64-byte multiple).
+//   scales: fp16 d of every block, [n][k/128], in a separate array.
+// Same bytes as the file (up to 32 B of row padding when k/128 is odd).
+// ActLayout::Lanes16 is the matching activation: per group j, chunk c and
+// shift plane s, 64 bytes with byte 4b + i = q of element 16c + 4i + s of
+// block 16j + b (byte 4c + i of a block holds elements 16c + 4i + s at bit 2s).
 #pragma once
 
 #include <cstdint>
@@ -55,11 +72,13 @@ enum class ActLayout : uint8_t {
   Q2x128 = 0,   // PQ2_0, Q2_0 g128: 2 blocks × 4 shift planes × 32 lanes per group
   Q2x64 = 1,    // Q2_0 g64: 4 blocks × 4 shift planes × 16 lanes per group
   Trit128 = 2,  // PTQ1_0: 2 blocks × 5 trit planes × 32 lanes (26 used) per group
+  Lanes16 = 3,  // block-lanes weights: 16 blocks × 8 chunks × 4 shift planes per group
 };
-inline constexpr int kNumActLayouts = 3;
+inline constexpr int kNumActLayouts = 4;
 inline constexpr uint32_t layout_bit(ActLayout l) { return 1u << static_cast<unsigned>(l); }
 inline constexpr uint32_t kAllActLayouts = (1u << kNumActLayouts) - 1;
-// The layout bit a weight type needs (0 for float types, which read PreparedAct::x).
+// The layout bit a weight type needs in its file layout (0 for float types,
+// which read PreparedAct::x); layouts_for(WeightView) below follows the view's layout.
 uint32_t layouts_for(DType t);
 
 // 64-byte aligned, grow-only storage (so steady-state prepare_act allocates nothing).
@@ -86,7 +105,8 @@ class AlignedBuffer {
 };
 
 // One activation quantized into one layout family. A "group" is what one
-// 512-bit register holds: G blocks of B elements, as P planes of 64 bytes.
+// 512-bit register holds: G blocks of B elements, as P planes of 64 bytes
+// (Lanes16: 16 blocks as 8 chunks × 4 planes of 64 bytes, P = 32).
 struct PackedAct {
   int64_t n_groups = 0;
   AlignedBuffer<int8_t> hi;     // [n_groups][P][64]  high half (int8 mode: the only half)
@@ -94,6 +114,7 @@ struct PackedAct {
   AlignedBuffer<int32_t> corr;  // [n_groups][16]     −Σq of block h in int32 lane h·16/G, 0 elsewhere
   AlignedBuffer<float> scale;   // [n_groups][16]     s_b of block h in lanes [h·16/G, (h+1)·16/G)
 };
+inline constexpr int kLanesGroup = 16;  // blocks per Lanes16 group
 
 struct PreparedAct {
   int64_t k = 0;
@@ -112,15 +133,45 @@ struct PreparedAct {
 void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& out,
                  uint32_t layouts = kAllActLayouts);
 
-// A weight matrix in its file layout: n rows of k inputs, row r at
-// data + r·row_bytes(type, k). Types: PQ2_0, Q2_0_G128, Q2_0_G64, PTQ1_0, F32, F16, BF16.
+enum class WeightLayout : uint8_t {
+  File = 0,     // as stored in the GGUF
+  Lanes16 = 1,  // block lanes (see "The block-lanes weight layout" above); PQ2_0 / Q2_0 g128 only
+};
+
+// A weight matrix: n rows of k inputs. File layout: row r at
+// data + r·row_bytes(type, k); types PQ2_0, Q2_0_G128, Q2_0_G64, PTQ1_0, F32,
+// F16, BF16. Lanes16: codes row r at data + r·lanes_code_row_bytes(k), fp16
+// scales [n][k/128] at `scales` (what make_lanes / the backend's repack write).
 struct WeightView {
   DType type = DType::F32;
   const uint8_t* data = nullptr;
   int64_t n = 0;  // rows (outputs)
   int64_t k = 0;  // inputs
+  WeightLayout layout = WeightLayout::File;
+  const uint8_t* scales = nullptr;  // Lanes16 only: [n][k/128] fp16
 };
 inline WeightView view_of(const Weight& w) { return {w.type, w.data, w.n, w.k}; }
+uint32_t layouts_for(const WeightView& w);
+
+// Lanes16 geometry: code bytes per row (k/128 blocks × 32, padded to 64) and
+// the whole weight's bytes (codes, then the scales 64-byte aligned).
+inline int64_t lanes_code_row_bytes(int64_t k) { return (k / 128 * 32 + 63) / 64 * 64; }
+inline int64_t lanes_scales_offset(int64_t n, int64_t k) { return n * lanes_code_row_bytes(k); }
+inline int64_t lanes_total_bytes(int64_t n, int64_t k) {
+  return lanes_scales_offset(n, k) + n * (k / 128) * 2;
+}
+// Re-lays rows [r0, r1) of a PQ2_0 / Q2_0 g128 weight in its file layout
+// (src.layout == File, src.k a multiple of 128) into the Lanes16 buffer `dst`
+// of lanes_total_bytes(src.n, src.k) bytes (codes at dst, scales at
+// dst + lanes_scales_offset). A lossless permutation of the bytes.
+void pack_lanes_rows(const WeightView& src, uint8_t* dst, int64_t r0, int64_t r1);
+// One row: k/128 file-layout blocks at src → lanes_code_row_bytes(k) code
+// bytes at codes and k/128 fp16 at scales.
+void pack_lanes_row(const uint8_t* src, int64_t k, uint8_t* codes, uint8_t* scales);
+// The Lanes16 view of such a buffer.
+inline WeightView lanes_view(DType type, const uint8_t* buf, int64_t n, int64_t k) {
+  return {type, buf, n, k, WeightLayout::Lanes16, buf + lanes_scales_offset(n, k)};
+}
 
 // y[r] for r in [r0, r1) on the calling thread.
 void matvec_rows(const WeightView& w, const PreparedAct& a, float* y, int64_t r0, int64_t r1, Isa isa);
@@ -141,5 +192,7 @@ void matvec_multi(std::span<const MatvecJob> jobs, const PreparedAct& a, ThreadP
 // repacks PTQ1_0 at load (+21 % bytes) to stream it at PQ2_0 speed; the rows
 // are split across the pool.
 void transcode_ptq1_to_pq2(const WeightView& w, uint8_t* dst, ThreadPool& pool, Isa isa);
+// The same for rows [r0, r1) on the calling thread (dst: row r0's output).
+void transcode_ptq1_rows(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1, Isa isa);
 
 }  // namespace bonsai::cpu

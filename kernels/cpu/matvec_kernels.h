@@ -12,6 +12,9 @@
 
 namespace bonsai::cpu::detail {
 
+// Blocks per group of the Lanes16 weight / activation layouts (matvec.h).
+inline constexpr int kLanesGroupBlocks = 16;
+
 // One PackedAct as raw pointers (see matvec.h for the layout).
 struct PackedView {
   const int8_t* hi;
@@ -22,13 +25,15 @@ struct PackedView {
 };
 
 // Ternary weights: rows of `n_blocks` blocks, `row_bytes` apart, the whole
-// tensor ending at `end` (kernels must not read at or past it).
+// tensor ending at `end` (kernels must not read at or past it). Lanes16
+// weights: w / row_bytes are the code rows, `scales` the fp16 d [n][n_blocks].
 struct TernaryArgs {
   const uint8_t* w;
   int64_t row_bytes;
   int64_t n_blocks;  // weight blocks per row
   const uint8_t* end;
   PackedView a;
+  const uint8_t* scales;  // Lanes16 only
 };
 
 // Float weights: 0 = F32, 1 = F16, 2 = BF16; x is the f32 activation.
@@ -46,6 +51,8 @@ using FloatKernel = void (*)(const FloatArgs& args, float* y, int64_t r0, int64_
 void pq2_rows_scalar(const TernaryArgs&, float*, int64_t, int64_t);
 void pq2_rows_avx2(const TernaryArgs&, float*, int64_t, int64_t);
 void pq2_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
+// PQ2_0 / Q2_0 g128 in the Lanes16 layout (matvec.h), ActLayout::Lanes16 activation.
+void pq2_lanes_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
 // Q2_0 g64.
 void q2g64_rows_scalar(const TernaryArgs&, float*, int64_t, int64_t);
 void q2g64_rows_avx2(const TernaryArgs&, float*, int64_t, int64_t);

@@ -114,7 +114,39 @@ inline void emit(const int16_t* q, bool faithful, int8_t* dst_hi, int8_t* dst_lo
 struct Family {
   int B, G, P;
 };
-constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}};
+// (Lanes16 is packed by pack_lanes below; its entry gives the block size only.)
+constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}, {128, 16, 32}};
+
+// ActLayout::Lanes16 (matvec.h): per group j of 16 blocks, chunk c and plane s,
+// byte 4b + i = q of element 16c + 4i + s of block 16j + b; corr / scale in lane b.
+void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
+                PackedAct& out) {
+  constexpr int G = kLanesGroup;
+  const int64_t ng = (nb + G - 1) / G;
+  constexpr int group_bytes = 8 * 4 * 64;
+  out.n_groups = ng;
+  out.hi.resize(ng * group_bytes);
+  out.lo.resize(faithful ? ng * group_bytes : 0);
+  out.corr.resize(ng * 16);
+  out.scale.resize(ng * 16);
+  std::memset(out.hi.data(), 0, ng * group_bytes);
+  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
+  for (int64_t g = 0; g < ng; ++g)
+    for (int b = 0; b < G; ++b) {
+      const int64_t blk = g * G + b;
+      out.corr.data()[g * 16 + b] = blk < nb ? -sum[blk] : 0;
+      out.scale.data()[g * 16 + b] = blk < nb ? s[blk] : 0.0f;
+      if (blk >= nb) continue;  // padding block: zero activation, scale and correction
+      const int16_t* qb = q + blk * 128;
+      for (int c = 0; c < 8; ++c)
+        for (int p = 0; p < 4; ++p) {
+          const int64_t off = ((g * 8 + c) * 4 + p) * 64 + 4 * b;
+          int8_t* dh = out.hi.data() + off;
+          int8_t* dl = faithful ? out.lo.data() + off : nullptr;
+          emit<4>(qb, faithful, dh, dl, [c, p](int i) { return 16 * c + 4 * i + p; });
+        }
+    }
+}
 
 void pack(ActLayout l, bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
           PackedAct& out) {
@@ -154,6 +186,8 @@ void pack(ActLayout l, bool faithful, int64_t nb, const int16_t* q, const float*
             emit<8>(qb, faithful, dh + 16, dl ? dl + 16 : nullptr, [p](int m) { return 80 + 8 * p + m; });
             if (p < 4)
               emit<2>(qb, faithful, dh + 24, dl ? dl + 24 : nullptr, [p](int m) { return 120 + 2 * p + m; });
+            break;
+          case ActLayout::Lanes16:  // packed by pack_lanes
             break;
         }
       }
@@ -198,8 +232,12 @@ void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& ou
         quantize_blocks(x, k, B, Q, out.q_scratch.data(), out.s_scratch.data(), out.sum_scratch.data());
         quantized = true;
       }
-      pack(static_cast<ActLayout>(l), faithful, nb, out.q_scratch.data(), out.s_scratch.data(),
-           out.sum_scratch.data(), out.packed[l]);
+      if (static_cast<ActLayout>(l) == ActLayout::Lanes16)
+        pack_lanes(faithful, nb, out.q_scratch.data(), out.s_scratch.data(), out.sum_scratch.data(),
+                   out.packed[l]);
+      else
+        pack(static_cast<ActLayout>(l), faithful, nb, out.q_scratch.data(), out.s_scratch.data(),
+             out.sum_scratch.data(), out.packed[l]);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "bonsai/error.h"
 #include "bonsai/formats.h"
@@ -52,20 +53,62 @@ bool env_choice(const char* name, std::string_view off_value, std::string_view o
 RepackPolicy repack_policy_from_env() {
   RepackPolicy p;
   p.ptq1_transcode = env_choice("BONSAI_CPU_PTQ1", "direct", "transcode", p.ptq1_transcode);
-  p.copy_ternary = env_choice("BONSAI_CPU_WEIGHTS", "map", "copy", p.copy_ternary);
+  if (const char* e = std::getenv("BONSAI_CPU_WEIGHTS"); e && *e) {
+    const std::string_view v(e);
+    if (v == "lanes")
+      p.weights = WeightsMode::Lanes;
+    else if (v == "map")
+      p.weights = WeightsMode::Map;
+    else if (v == "copy")
+      p.weights = WeightsMode::Copy;
+    else
+      usage_fail("BONSAI_CPU_WEIGHTS must be 'lanes', 'map' or 'copy' (got '{}')", v);
+  }
   return p;
 }
+
+namespace {
+// Lanes16 repack of a PQ2_0 / Q2_0 g128 weight, or of a PTQ1_0 one through
+// the bit-exact transcode (a few rows at a time into a per-task buffer).
+std::unique_ptr<Repack> make_lanes(const Weight& w, ThreadPool& pool) {
+  const bool ptq1 = w.type == DType::PTQ1_0;
+  const DType type = ptq1 ? DType::PQ2_0 : w.type;
+  auto rp =
+      std::make_unique<Repack>(type, static_cast<size_t>(lanes_total_bytes(w.n, w.k)), WeightLayout::Lanes16);
+  uint8_t* dst = rp->bytes.data();
+  const WeightView src = view_of(w);
+  const int64_t nb = w.k / 128, code_rb = lanes_code_row_bytes(w.k);
+  const int64_t pq2_rb = static_cast<int64_t>(row_bytes(DType::PQ2_0, static_cast<uint64_t>(w.k)));
+  constexpr int64_t kTaskBytes = int64_t{2} << 20;  // ~one huge page of output per task
+  const int64_t rows = std::max<int64_t>(1, kTaskBytes / code_rb);
+  uint8_t* scales = dst + lanes_scales_offset(w.n, w.k);
+  pool.parallel_for((w.n + rows - 1) / rows, [&](int64_t t, int) {
+    const int64_t r0 = t * rows, r1 = std::min(w.n, r0 + rows);
+    if (!ptq1) return pack_lanes_rows(src, dst, r0, r1);
+    std::vector<uint8_t> tmp(static_cast<size_t>(pq2_rb));
+    for (int64_t r = r0; r < r1; ++r) {
+      transcode_ptq1_rows(src, tmp.data(), r, r + 1, Isa::Avx2);
+      pack_lanes_row(tmp.data(), w.k, dst + r * code_rb, scales + r * nb * 2);
+    }
+  });
+  return rp;
+}
+}  // namespace
 
 std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy, ThreadPool& pool, Isa isa) {
   if (w.empty() || w.n <= 0) return nullptr;
   const auto k = static_cast<uint64_t>(w.k);
+  const bool lanes_type = w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 ||
+                          (w.type == DType::PTQ1_0 && policy.ptq1_transcode);
+  if (policy.weights == WeightsMode::Lanes && isa == Isa::Avx512 && lanes_type && w.k % 128 == 0)
+    return make_lanes(w, pool);
   if (w.type == DType::PTQ1_0 && policy.ptq1_transcode && w.k % 128 == 0) {
     auto r = std::make_unique<Repack>(DType::PQ2_0, row_bytes(DType::PQ2_0, k) * static_cast<size_t>(w.n));
     transcode_ptq1_to_pq2(view_of(w), r->bytes.data(), pool, isa == Isa::Scalar ? Isa::Scalar : Isa::Avx2);
     return r;
   }
   if ((w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 || w.type == DType::Q2_0_G64) &&
-      policy.copy_ternary) {
+      policy.weights == WeightsMode::Copy) {
     const size_t n = row_bytes(w.type, k) * static_cast<size_t>(w.n);
     auto r = std::make_unique<Repack>(w.type, n);
     constexpr size_t kTask = size_t{2} << 20;  // one huge page per task

@@ -1,5 +1,17 @@
 // Load-time repacks of weights for the CPU backend (Backend::prepare).
 //
+// Default on AVX-512: every 128-block 2-bit weight (PQ2_0, Q2_0 g128, and
+// PTQ1_0 through the transcode below) is re-laid into the block-lanes layout
+// (WeightLayout::Lanes16, kernels/cpu/matvec.h) that the AVX-512 matvec and
+// GEMM read: a lossless permutation of the file's bytes (same size), which
+// raises the faithful matvec's compute ceiling (per-block scale work paid
+// once per 16 blocks, aligned 64-byte code loads) and puts every streamed
+// weight on 2 MiB pages whatever state the file's page cache is in. Costs:
+// the weights' size in resident memory (6.8 GB for the 27B; the file's page
+// cache stays reclaimable) and the repack at load (docs/performance.md).
+// BONSAI_CPU_WEIGHTS=map keeps the zero-copy file layout (the low-memory
+// option). With the AVX2 / scalar kernels nothing is re-laid.
+//
 // PTQ1_0 (1.75 bits/weight, base-3) is transcoded bit-exactly to PQ2_0
 // (2.125 bits/weight): the direct PTQ1_0 kernels are bound by the trit decode
 // at ~0.42 of read bandwidth (docs/performance.md), the PQ2_0 kernel streams
@@ -16,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cpu/matvec.h"
 #include "kernels/weight.h"
 #include "runtime/cpu_features.h"
 #include "runtime/thread_pool.h"
@@ -30,6 +43,7 @@ class HugeBuffer {
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
   uint8_t* data() { return p_; }
+  const uint8_t* data() const { return p_; }
   size_t size() const { return n_; }
 
  private:
@@ -41,21 +55,27 @@ class HugeBuffer {
 // from the environment:
 //  * BONSAI_CPU_PTQ1 = transcode (default) | direct: PTQ1_0 → PQ2_0 copy, or
 //    the PTQ1_0 kernels on the file layout;
-//  * BONSAI_CPU_WEIGHTS = map (default) | copy: PQ2_0 / Q2_0 read where the
-//    file maps them (4 KiB page-cache pages, zero copy), or copied once into
-//    huge-page-advised memory (+ their size in resident memory).
+//  * BONSAI_CPU_WEIGHTS = lanes (default) | map | copy: with the AVX-512
+//    kernels, PQ2_0 / Q2_0 g128 (and transcoded PTQ1_0) re-laid into the
+//    Lanes16 layout in huge-page memory; `map`: PQ2_0 / Q2_0 read where the
+//    file maps them (zero copy; the low-memory option); `copy`: copied as they
+//    are into huge-page memory. Q2_0 g64 is never re-laid (lanes = map for it),
+//    nor is anything with the AVX2 / scalar kernels.
 // Other values are a UsageError naming the variable.
+enum class WeightsMode : uint8_t { Lanes, Map, Copy };
 struct RepackPolicy {
   bool ptq1_transcode = true;
-  bool copy_ternary = false;
+  WeightsMode weights = WeightsMode::Lanes;
 };
 RepackPolicy repack_policy_from_env();
 
-// A weight's decode-time copy: `type` rows (same n, k) in a HugeBuffer.
+// A weight's decode-time copy in a HugeBuffer: file-layout `type` rows
+// [n][row_bytes(type, k)], or (layout Lanes16) lanes_view()'s codes + scales.
 struct Repack {
-  Repack(DType t, size_t n_bytes) : type(t), bytes(n_bytes) {}
+  Repack(DType t, size_t n_bytes, WeightLayout l = WeightLayout::File) : type(t), layout(l), bytes(n_bytes) {}
   DType type;
-  HugeBuffer bytes;  // [n][row_bytes(type, k)]
+  WeightLayout layout;
+  HugeBuffer bytes;
 };
 
 // The repack `policy` asks for w (nullptr: read w in place). Work is split
