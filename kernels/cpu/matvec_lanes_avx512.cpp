@@ -74,6 +74,10 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const PackedView& a = args.a;
   const PrefetchPlan pf = prefetch_plan(rb, R, 64);
   const int64_t scale_lead = pf.ahead / rb;  // rows: the scales are prefetched as far ahead as the codes
+  // The prefetch schedule walks rb / 64 steps per row: the full groups take
+  // 8 each, the tail group's chunks the remaining lines (its 32·tail bytes,
+  // padded to 64).
+  const int tail_lines = static_cast<int>((rb - n_full * 512) / 64);
   __m512i h[4], l[4];
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * rb;
@@ -107,10 +111,15 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       for (int i = 0; i < R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
       for (int c = 0; c < kChunks; ++c) {
         load_planes<kFaithful>(a, n_full * kChunks + c, h, l);
+        const bool pf_step = c < tail_lines;
         for (int i = 0; i < R; ++i) {
+          if (pf_step)
+            _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + it * pf.per_iter + i * pf.per_row),
+                         _MM_HINT_T0);
           const __m512i w = _mm512_maskz_loadu_epi32(tail_mask, row + i * rb + n_full * 512 + c * 4 * tail);
           chunk_dot<kFaithful>(w, h, l, ah[i], al[i]);
         }
+        it += pf_step;
       }
       const __m512i corr = _mm512_load_si512(a.corr + n_full * 16);
       const __m512 sc = _mm512_load_ps(a.scale + n_full * 16);
@@ -139,6 +148,7 @@ void rows_int8(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const PackedView& a = args.a;
   const PrefetchPlan pf = prefetch_plan(rb, R, 64);
   const int64_t scale_lead = pf.ahead / rb;
+  const int tail_lines = static_cast<int>((rb - n_full * 512) / 64);  // as in rows_impl
   for (int64_t r = r0; r + R <= r1; r += R) {
     const uint8_t* row = args.w + r * rb;
     const uint8_t* srow = args.scales + r * sb;
@@ -157,11 +167,12 @@ void rows_int8(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
         const int8_t* ph = a.hi + (j * kChunks + c) * kActChunk;
         for (int i = 0; i < R; ++i) {
           __m512i w;
+          if (!is_tail || c < tail_lines)
+            _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + it * pf.per_iter + i * pf.per_row),
+                         _MM_HINT_T0);
           if (is_tail) {
             w = _mm512_maskz_loadu_epi32(tail_mask, row + i * rb + n_full * 512 + c * 4 * tail);
           } else {
-            _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + it * pf.per_iter + i * pf.per_row),
-                         _MM_HINT_T0);
             w = _mm512_loadu_si512(row + i * rb + j * 512 + c * 64);
           }
           for (int s = 0; s < 4; ++s) {
