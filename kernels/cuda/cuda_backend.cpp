@@ -612,6 +612,7 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   f.d_k = s.d_k;
   f.d_v = s.d_v;
   f.eps = s.eps;
+  f.state_early = m.step_recording;
   cuda::gdn_fused(f, m.stream);
   check_launch("gdn_site");
   m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));

@@ -121,10 +121,10 @@ struct CudaBackend::Impl {
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads
-  Growable gdn_counters;  // last-block hand-off of the GDN site's conv state (kept zero)
+  Growable gdn_counters;             // last-block hand-off of the GDN site's conv state (kept zero)
   PinnedPtr step_host;
   DevicePtr step_mem;
-  Growable topk;       // top_k: pass-1 candidates, then the result (ids[k], values[k])
+  Growable topk;        // top_k: pass-1 candidates, then the result (ids[k], values[k])
   PinnedPtr topk_host;  // the result's host copy, 2 * kMaxTopK words
 
   // Upload staging: two pinned + two device slots, so filling one overlaps the copy of the other.
@@ -148,6 +148,9 @@ struct CudaBackend::Impl {
   void flush();
 
   bool capturing = false, warm = false;
+  // Recording a decode step (begin_capture .. end_capture): each GDN layer's site runs once
+  // in it, and replays are serialized, so the site may read its states early (GdnFused).
+  bool step_recording = false;
   cudaGraphExec_t exec = nullptr;
 
   ~Impl() {

@@ -36,6 +36,7 @@ bool CudaBackend::begin_capture(const int32_t* tokens, int t, int pos0) {
   h[1] = tokens[0];
   check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   m.capturing = true;
+  m.step_recording = true;
   m.invalidate_quant();
   // Recorded as a copy node: every replay reads the pinned words as they are at launch.
   check(cudaMemcpyAsync(m.step_dev, h, 2 * sizeof(int), cudaMemcpyHostToDevice, m.stream),
@@ -48,6 +49,7 @@ void CudaBackend::end_capture() {
   Impl& m = *impl_;
   if (!m.capturing) return;
   m.capturing = false;
+  m.step_recording = false;
   cudaGraph_t graph = nullptr;
   check(cudaStreamEndCapture(m.stream, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
@@ -63,6 +65,7 @@ void CudaBackend::end_capture() {
 void CudaBackend::drop_capture() {
   Impl& m = *impl_;
   m.pend = Impl::Pending{};  // ops held back for an abandoned recording are dropped with it
+  m.step_recording = false;
   if (m.capturing) {
     m.capturing = false;
     cudaGraph_t graph = nullptr;

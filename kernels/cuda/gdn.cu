@@ -5,6 +5,7 @@
 // holds rows 32w..32w+31 of those columns in registers (lane = column) for all
 // t tokens, and the sums over rows go through shared memory.
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
@@ -82,11 +83,13 @@ __global__ void gdn_recurrence_kernel(const float* __restrict__ conv, const floa
 constexpr int kMaxTaps = 4;  // the fused conv (Qwen3.5: 4 taps); larger ones run as ssm_conv
 struct ConvChannel {
   float prev[kMaxTaps - 1], w[kMaxTaps];
-  __device__ void load(const float* state, const float* wt, int64_t c, int64_t channels, int taps) {
-#pragma unroll
-    for (int j = 0; j < kMaxTaps - 1; ++j) prev[j] = j < taps - 1 ? state[j * channels + c] : 0.0f;
+  __device__ void load_w(const float* wt, int64_t c, int taps) {  // the taps (a weight)
 #pragma unroll
     for (int j = 0; j < kMaxTaps; ++j) w[j] = j < taps ? wt[c * taps + j] : 0.0f;
+  }
+  __device__ void load_prev(const float* state, int64_t c, int64_t channels, int taps) {
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j) prev[j] = j < taps - 1 ? state[j * channels + c] : 0.0f;
   }
   // silu(conv) for the new input x; x joins the window.
   __device__ float step(float x, int taps) {
@@ -146,17 +149,21 @@ constexpr int kAbTokens = 4;  // the most tokens whose alpha/beta rows the kerne
 // RMSNorm of the head's output (gated_rmsnorm), and writing head h at its grouped position
 // (transpose_heads with a = n_v/n_k, b = n_k).
 //
-// Latency is what counts at t = 1 (48 blocks on 132 SMs), so every independent load is
-// issued before the first barrier, the next token's inputs are loaded while the current one
-// is processed, and a token needs one cross-warp reduction: with s' = decay·s,
-// o = Σ_a (s' + k δ) q = Σ s'q + δ (k·q), so s'k, s'q and k·q are reduced together.
+// Latency is what counts at t = 1 (48 blocks on 132 SMs), so the small weights (conv taps,
+// ssm_a, dt_bias, norm gain) are loaded before the grid-dependency wait, and the recurrent and
+// conv states too when p.state_early (a recorded decode step: no kernel that may still be
+// running writes them); every other independent load is issued before the first barrier, the
+// next token's inputs are loaded while the current one is processed, and a token needs one
+// cross-warp reduction: with s' = decay·s, o = Σ_a (s' + k δ) q = Σ s'q + δ (k·q), so s'k, s'q
+// and k·q are reduced together, plus one barrier for the gated norm's sum of squares. (The
+// alpha/beta rows' 2·5120 weights loaded before the wait as well measured 1.7 % slower end to
+// end on the H200, docs/performance.md.)
 __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   // qn[d_k], kn[d_k], red[3][RG][d_v] (s'k | s'q | k·q partials), then gates decay[t], b[t]
   extern __shared__ float sm[];
-  __shared__ float scal[2], ab_part[16][2 * kAbTokens];
+  __shared__ float ab_part[16][2 * kAbTokens], norm_part[2][16];
   __shared__ bool conv_last;
   pdl_trigger();
-  pdl_wait();
   const int d_k = p.d_k, d_v = p.d_v, RG = d_k / 32;
   float* qn = sm;
   float* kn = sm + d_k;
@@ -164,7 +171,7 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   float* gate_decay = red + 3 * RG * d_v;  // [t] when alpha_w
   float* gate_b = gate_decay + p.t;
   const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
-  const int rg = warp % RG, col = (warp / RG) * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
+  const int rg = warp % RG, cg = warp / RG, col = cg * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(d_k));
   float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
@@ -174,18 +181,35 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   const int64_t ch_q = hk * d_k + tid, ch_k = qk + hk * d_k + tid,
                 ch_v = 2 * qk + static_cast<int64_t>(h) * d_v + col;
 
-  // ---- every independent load first ----
+  // ---- weights (and, when allowed, the recurrent state) before the dependency wait ----
   float s[32];
-#pragma unroll
-  for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
   ConvChannel cq, ck, cv;
+  auto load_state = [&] {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
+    if (conv_in) {
+      if (qk_thread) {
+        cq.load_prev(p.conv_state, ch_q, width, p.taps);
+        ck.load_prev(p.conv_state, ch_k, width, p.taps);
+      }
+      cv.load_prev(p.conv_state, ch_v, width, p.taps);
+    }
+  };
   if (conv_in) {
     if (qk_thread) {
-      cq.load(p.conv_state, p.conv_w, ch_q, width, p.taps);
-      ck.load(p.conv_state, p.conv_w, ch_k, width, p.taps);
+      cq.load_w(p.conv_w, ch_q, p.taps);
+      ck.load_w(p.conv_w, ch_k, p.taps);
     }
-    cv.load(p.conv_state, p.conv_w, ch_v, width, p.taps);
+    cv.load_w(p.conv_w, ch_v, p.taps);
   }
+  if (p.state_early) load_state();
+  const bool gates = p.alpha_w || p.alpha;
+  const float ssm_a = gates ? p.ssm_a[h] : 0.0f, dt_bias = gates ? p.dt_bias[h] : 0.0f;
+  const float norm_w = p.norm_w && rg == 0 ? p.norm_w[col] : 0.0f;
+  pdl_wait();
+
+  // ---- every other independent load ----
+  if (!p.state_early) load_state();
   // token i's mixer inputs: conv inputs (conv_in) or conv outputs
   auto load_in = [&](int i, float& a, float& b, float& c) {
     const float* xi = (conv_in ? p.qkv : p.conv) + static_cast<int64_t>(i) * width;
@@ -242,7 +266,7 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
       a += ab_part[w][2 * tid];
       b += ab_part[w][2 * tid + 1];
     }
-    gate_decay[tid] = expf(p.ssm_a[h] * softplus(a + p.dt_bias[h]));
+    gate_decay[tid] = expf(ssm_a * softplus(a + dt_bias));
     gate_b[tid] = sigmoid(b);
   }
 
@@ -276,7 +300,7 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
       decay = gate_decay[i];
       b = gate_b[i];
     } else if (p.alpha) {  // gdn_gates in place
-      decay = expf(p.ssm_a[h] * softplus(ga + p.dt_bias[h]));
+      decay = expf(ssm_a * softplus(ga + dt_bias));
       b = sigmoid(gb);
     } else {
       decay = expf(ga);
@@ -304,20 +328,27 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
 #pragma unroll
     for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
     const float o = sq + delta * kq_all;
-    if (p.norm_w) {  // gated_rmsnorm over the head's d_v outputs (the rg == 0 threads)
-      const float ss_o = block_sum(rg == 0 ? o * o : 0.0f);
-      if (tid == 0) scal[0] = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
+    if (p.norm_w) {  // gated_rmsnorm over the head's d_v outputs (the rg == 0 warps)
+      // Σ o² as block_sum formed it: the per-warp sums added in warp (column group) order;
+      // norm_part alternates between tokens, so one barrier suffices
+      if (rg == 0) {
+        const float ws = warp_sum(o * o);
+        if (lane == 0) norm_part[i & 1][cg] = ws;
+      }
       __syncthreads();
-      if (rg == 0)
-        p.out[(static_cast<int64_t>(i) * p.n_v + out_head) * d_v + col] =
-            o * scal[0] * p.norm_w[col] * silu(z);
+      if (rg == 0) {
+        float ss_o = 0.0f;
+        for (int c = 0; c < d_v / 32; ++c) ss_o += norm_part[i & 1][c];
+        const float scale = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
+        p.out[(static_cast<int64_t>(i) * p.n_v + out_head) * d_v + col] = o * scale * norm_w * silu(z);
+      }
     } else if (rg == 0) {
       p.out[ih * d_v + col] = o;
     }
     in_q = nq;
     in_k = nk;
     in_v = nv;
-    if (i + 1 < p.t) __syncthreads();  // qn, kn, red and scal are rewritten by the next token
+    if (i + 1 < p.t) __syncthreads();  // qn, kn and red are rewritten by the next token
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
@@ -561,10 +592,26 @@ void gdn_recurrence(const float* conv, const float* g, const float* beta, float*
 
 namespace bonsai::cuda {
 
+namespace {
+
+// BONSAI_CUDA_GDN_EARLY=0: the recurrent state is never loaded before the dependency wait
+// (for measurements). Read once per process.
+bool gdn_early() {
+  static const bool on = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GDN_EARLY");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+}  // namespace
+
 void gdn_fused(const GdnFused& p, cudaStream_t s) {
+  GdnFused q = p;
+  q.state_early = p.state_early && gdn_early();
   const int threads = (p.d_k / 32) * p.d_v;
   const size_t smem = (2 * p.d_k + 3 * (p.d_k / 32) * p.d_v + (p.alpha_w ? 2 * p.t : 0)) * sizeof(float);
-  launch(gdn_fused_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, p);
+  launch(gdn_fused_kernel, static_cast<unsigned>(p.n_v), static_cast<unsigned>(threads), smem, s, q);
 }
 
 void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_w, float* conv, int t,

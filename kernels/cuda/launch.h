@@ -134,6 +134,10 @@ struct GdnFused {
   int t = 0, n_k = 0, n_v = 0, d_k = 0, d_v = 0;
   float eps = 0.0f, norm_eps = 0.0f;
   bool transpose = false;
+  // gdn_fused may load state and conv_state before its grid-dependency wait: no kernel still
+  // running when it starts writes them (a recorded decode step, each layer's site once per
+  // step, replayed only after the previous replay has finished).
+  bool state_early = false;
   // The rest of the GDN site, optional. qkv != nullptr: conv is not read; the block computes
   // ssm_conv of its q/k/v channels from qkv [t][channels], conv_w (F32 [channels][taps]) and
   // conv_state ([taps-1][channels], updated; taps <= 4). The q/k channels of a key head are
