@@ -302,7 +302,7 @@ TEST(LanesMatvec, MatchesReferenceAndFileLayout) {
     for (DType type : {DType::PQ2_0, DType::Q2_0_G128}) {
       std::mt19937 rng(77 + static_cast<int>(prec));
       for (auto [n, nb] : std::vector<std::pair<int64_t, int64_t>>{
-               {5, 1}, {7, 15}, {9, 16}, {6, 17}, {13, 40}, {11, 136}, {1, 40}, {3, 17}}) {
+               {5, 1}, {7, 15}, {9, 16}, {6, 17}, {13, 40}, {11, 136}, {1, 40}, {3, 17}, {4, 8}, {6, 25}}) {
         const int64_t k = nb * 128;
         const Matrix m = random_ternary(type, n, k, rng, /*allow3=*/true);
         const LanesMatrix l(m);
@@ -332,6 +332,68 @@ TEST(LanesMatvec, MatchesReferenceAndFileLayout) {
         }
       }
     }
+}
+
+// ActLayout::Lanes16 as matvec.h describes it (restated here): every element
+// exactly once, in byte 4b + i of (group j, chunk c, plane s) for element
+// 16c + 4i + s of block 16j + b, or, in a last group of ≤ 8 blocks, chunk
+// c ≥ 4 in chunk c − 4 at lane 8 + b; corr / scale in lane b; all else zero.
+TEST(LanesActLayout, HoldsEveryElementOnce) {
+  std::mt19937 rng(12);
+  for (int64_t nb : {1, 5, 8, 9, 15, 16, 17, 40}) {
+    const int64_t k = nb * 128;
+    const std::vector<float> x = make_input(Input::MixedBlocks, k, rng);
+    for (Precision prec : {Precision::Faithful, Precision::Int8}) {
+      PreparedAct act;
+      prepare_act(x.data(), k, prec, act, layout_bit(ActLayout::Lanes16));
+      const PackedAct& p = act.packed[static_cast<int>(ActLayout::Lanes16)];
+      const int64_t ng = (nb + 15) / 16;
+      ASSERT_EQ(p.n_groups, ng);
+      const double Q = prec == Precision::Faithful ? 32639 : 127;
+      std::vector<int> seen(k, 0);
+      std::vector<int64_t> sums(nb, 0);
+      for (int64_t j = 0; j < ng; ++j) {
+        const int64_t g = std::min<int64_t>(16, nb - 16 * j);
+        const bool fold = g <= 8;
+        for (int c = 0; c < 8; ++c)
+          for (int s = 0; s < 4; ++s)
+            for (int lane = 0; lane < 16; ++lane)
+              for (int i = 0; i < 4; ++i) {
+                const int64_t idx = ((j * 8 + c) * 4 + s) * 64 + 4 * lane + i;
+                const int q = prec == Precision::Faithful ? 256 * p.hi.data()[idx] + p.lo.data()[idx]
+                                                          : p.hi.data()[idx];
+                int b = lane, cc = c;
+                if (fold) b = lane % 8, cc = c + 4 * (lane / 8);
+                const bool used = b < g && (!fold || c < 4);
+                if (!used) {
+                  ASSERT_EQ(q, 0) << "unused byte " << idx << " nb " << nb;
+                  continue;
+                }
+                const int64_t blk = 16 * j + b, e = blk * 128 + 16 * cc + 4 * i + s;
+                ++seen[e];
+                sums[blk] += q;
+                double amax = 0;
+                for (int64_t t = blk * 128; t < (blk + 1) * 128; ++t)
+                  amax = std::max(amax, std::fabs(double(x[t])));
+                const float sc = p.scale.data()[j * 16 + b];
+                ASSERT_NEAR(sc, amax / Q, 1e-6 * sc);
+                // Rounding to the grid: ≤ s/2, plus three float roundings (1/s, x·(1/s), s
+                // itself), each ≤ 2⁻²⁴ of |q|·s.
+                ASSERT_LE(std::fabs(double(q) * sc - x[e]), 0.5 * sc + 2e-7 * std::abs(q) * sc)
+                    << "element " << e;
+              }
+        for (int lane = 0; lane < 16; ++lane) {
+          if (lane >= g) {
+            EXPECT_EQ(p.corr.data()[j * 16 + lane], 0);
+            EXPECT_EQ(p.scale.data()[j * 16 + lane], 0.0f);
+          }
+        }
+      }
+      for (int64_t b = 0; b < nb; ++b)
+        EXPECT_EQ(p.corr.data()[b / 16 * 16 + b % 16], -sums[b]) << "block " << b;
+      for (int64_t e = 0; e < k; ++e) ASSERT_EQ(seen[e], 1) << "element " << e << " nb " << nb;
+    }
+  }
 }
 
 TEST(LanesMatvec, ErrorSizeMatchesTheAnalysis) {

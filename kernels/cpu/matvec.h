@@ -50,6 +50,9 @@
 // ActLayout::Lanes16 is the matching activation: per group j, chunk c and
 // shift plane s, 64 bytes with byte 4b + i = q of element 16c + 4i + s of
 // block 16j + b (byte 4c + i of a block holds elements 16c + 4i + s at bit 2s).
+// A last group of g ≤ 8 blocks is "folded" (the kernel runs it in 4 chunk
+// steps, chunks c and c + 4 in one register): its chunk c < 4 holds chunk c
+// in lanes b < g and chunk c + 4 in lanes 8 + b; chunks 4..7 are zero.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 // half (hi, lo), and only then is the group combined and scaled:
 //   t_b = 256·Σ c·hi + Σ c·lo − Σ q   (exact int32: |Σ c·hi| ≤ 128·3·127 = 48768)
 //   acc += float(t_b) · (d_b · s_b)   (16 blocks per FMA, fp16 d_b from a 32-byte load)
+// A tail group of ≤ 8 blocks is folded into 4 chunk steps (load_folded).
 // These are the same integers and per-block products as the file-layout kernel
 // (matvec_pq2_avx512.cpp); only the float summation order differs (lane b
 // holds blocks b, 16 + b, ..., reduced once per row). Per 64 code bytes and row:
@@ -56,12 +57,25 @@ inline void chunk_dot(__m512i w, const __m512i (&h)[4], const __m512i (&l)[4], _
   }
 }
 
-// facc += float(hi·256 + lo + corr) · (d · s) for one group of one row.
-template <bool kFaithful>
+// facc += float(hi·256 + lo + corr) · (d · s) for one group of one row. A
+// folded short tail (below) holds block b in lanes b and 8 + b: their
+// integers are added first (exact); lanes ≥ 8 then carry d = s = 0.
+template <bool kFaithful, bool kFold = false>
 inline __m512 group_fma(__m512i acc_h, __m512i acc_l, __m512i corr, __m256i d16, __m512 sc, __m512 facc) {
   __m512i t = kFaithful ? _mm512_add_epi32(_mm512_slli_epi32(acc_h, 8), acc_l) : acc_h;
   t = _mm512_add_epi32(t, corr);
+  if constexpr (kFold) t = _mm512_add_epi32(t, _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(1, 0, 3, 2)));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_cvtph_ps(d16), sc), facc);
+}
+
+// A short tail group (g ≤ 8 blocks: K = 5120 and 17408 end in 8) is folded:
+// code chunks c and c + 4 (4g bytes each) share one register, chunk c in
+// lanes 0..g-1 and chunk c + 4 in lanes 8..8+g-1, against the activation's
+// folded tail (matvec.h), so the tail costs 4 chunk steps instead of 8.
+inline __m512i load_folded(const uint8_t* tail_codes, int c, int g, __mmask8 m) {
+  const __m256i lo = _mm256_maskz_loadu_epi32(m, tail_codes + c * 4 * g);
+  const __m256i hi = _mm256_maskz_loadu_epi32(m, tail_codes + (c + 4) * 4 * g);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 template <int R, bool kFaithful>
@@ -107,16 +121,20 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       }
     }
     if (tail) {
+      const bool fold = tail <= 8;
+      const int steps = fold ? kChunks / 2 : kChunks;
+      const uint8_t* tail_codes = row + n_full * 512;
       __m512i ah[R], al[R];
       for (int i = 0; i < R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
-      for (int c = 0; c < kChunks; ++c) {
+      for (int c = 0; c < steps; ++c) {
         load_planes<kFaithful>(a, n_full * kChunks + c, h, l);
         const bool pf_step = c < tail_lines;
         for (int i = 0; i < R; ++i) {
           if (pf_step)
             _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + it * pf.per_iter + i * pf.per_row),
                          _MM_HINT_T0);
-          const __m512i w = _mm512_maskz_loadu_epi32(tail_mask, row + i * rb + n_full * 512 + c * 4 * tail);
+          const __m512i w = fold ? load_folded(tail_codes + i * rb, c, tail, static_cast<__mmask8>(tail_mask))
+                                 : _mm512_maskz_loadu_epi32(tail_mask, tail_codes + i * rb + c * 4 * tail);
           chunk_dot<kFaithful>(w, h, l, ah[i], al[i]);
         }
         it += pf_step;
@@ -125,7 +143,8 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       const __m512 sc = _mm512_load_ps(a.scale + n_full * 16);
       for (int i = 0; i < R; ++i) {
         const __m256i d16 = _mm256_maskz_loadu_epi16(tail_mask, srow + i * sb + n_full * 32);
-        facc[i] = group_fma<kFaithful>(ah[i], al[i], corr, d16, sc, facc[i]);
+        facc[i] = fold ? group_fma<kFaithful, true>(ah[i], al[i], corr, d16, sc, facc[i])
+                       : group_fma<kFaithful>(ah[i], al[i], corr, d16, sc, facc[i]);
       }
     }
     for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(facc[i]);
@@ -160,17 +179,20 @@ void rows_int8(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
     const int64_t ng = n_full + (tail ? 1 : 0);
     for (int64_t j = 0; j < ng; ++j) {
       const bool is_tail = j == n_full;
+      const bool fold = is_tail && tail <= 8;
       __m512i ah[R][4];
       for (int i = 0; i < R; ++i)
         for (int s = 0; s < 4; ++s) ah[i][s] = _mm512_setzero_si512();
-      for (int c = 0; c < kChunks; ++c, ++it) {
+      for (int c = 0; c < (fold ? kChunks / 2 : kChunks); ++c, ++it) {
         const int8_t* ph = a.hi + (j * kChunks + c) * kActChunk;
         for (int i = 0; i < R; ++i) {
           __m512i w;
           if (!is_tail || c < tail_lines)
             _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + it * pf.per_iter + i * pf.per_row),
                          _MM_HINT_T0);
-          if (is_tail) {
+          if (fold) {
+            w = load_folded(row + i * rb + n_full * 512, c, tail, static_cast<__mmask8>(tail_mask));
+          } else if (is_tail) {
             w = _mm512_maskz_loadu_epi32(tail_mask, row + i * rb + n_full * 512 + c * 4 * tail);
           } else {
             w = _mm512_loadu_si512(row + i * rb + j * 512 + c * 64);
@@ -190,7 +212,8 @@ void rows_int8(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
         const __m256i d16 =
             is_tail ? _mm256_maskz_loadu_epi16(tail_mask, srow + i * sb + j * 32)
                     : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(srow + i * sb + j * 32));
-        facc[i] = group_fma<false>(h, h, corr, d16, sc, facc[i]);
+        facc[i] = fold ? group_fma<false, true>(h, h, corr, d16, sc, facc[i])
+                       : group_fma<false>(h, h, corr, d16, sc, facc[i]);
       }
     }
     for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(facc[i]);

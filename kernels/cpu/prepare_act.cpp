@@ -118,7 +118,8 @@ struct Family {
 constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}, {128, 16, 32}};
 
 // ActLayout::Lanes16 (matvec.h): per group j of 16 blocks, chunk c and plane s,
-// byte 4b + i = q of element 16c + 4i + s of block 16j + b; corr / scale in lane b.
+// byte 4b + i = q of element 16c + 4i + s of block 16j + b; corr / scale in
+// lane b; a last group of ≤ 8 blocks folded (chunk c + 4 in lanes 8 + b of chunk c).
 void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
                 PackedAct& out) {
   constexpr int G = kLanesGroup;
@@ -138,9 +139,12 @@ void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, con
       out.scale.data()[g * 16 + b] = blk < nb ? s[blk] : 0.0f;
       if (blk >= nb) continue;  // padding block: zero activation, scale and correction
       const int16_t* qb = q + blk * 128;
+      // A tail group of ≤ 8 blocks is folded: chunk c ≥ 4 goes to chunk c − 4, lanes 8 + b.
+      const bool fold = nb - g * G <= G / 2;
       for (int c = 0; c < 8; ++c)
         for (int p = 0; p < 4; ++p) {
-          const int64_t off = ((g * 8 + c) * 4 + p) * 64 + 4 * b;
+          const int cc = fold ? c % 4 : c, lane = fold ? b + 8 * (c / 4) : b;
+          const int64_t off = ((g * 8 + cc) * 4 + p) * 64 + 4 * lane;
           int8_t* dh = out.hi.data() + off;
           int8_t* dl = faithful ? out.lo.data() + off : nullptr;
           emit<4>(qb, faithful, dh, dl, [c, p](int i) { return 16 * c + 4 * i + p; });
