@@ -1,6 +1,9 @@
 #!/bin/bash
 # Reproduces the CPU decode figures of docs/performance.md (issue 5), each run
 # under bench/watchdog.py (ACCEPT only when other processes used < 10 % CPU).
+# Matvec modes: pq2_lanes (the AVX-512 default: block lanes on huge pages),
+# pq2_faithful (file layout, 4 KiB pages), pq2_faithful_thp (file layout, huge
+# pages). CPU_DECODE_MAP=1 adds a whole-token run with BONSAI_CPU_WEIGHTS=map.
 #
 # Usage: bench/cpu_decode.sh BUILD_DIR OUT_DIR [PQ2_MODEL] [PTQ1_MODEL]
 #   BUILD_DIR  a Release build (bin/bonsai, bench/bonsai_bench)
@@ -27,7 +30,7 @@ echo "== $(date -u +%FT%TZ) $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null)
 
 echo "== matvec ratios (bonsai_bench)" | tee -a "$log"
 "$W" "$B/bench/bonsai_bench" \
-  --benchmark_filter='read_bandwidth|BM_matvec/(pq2_faithful|pq2_faithful_thp|ptq1_faithful)/|BM_matvec_hot/(pq2_faithful|ptq1_faithful)$' \
+  --benchmark_filter='read_bandwidth|BM_matvec/(pq2_lanes|pq2_faithful|pq2_faithful_thp)/|BM_matvec_hot/(pq2_lanes|pq2_faithful|ptq1_faithful)$' \
   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \
   --benchmark_out="$OUT/matvec.json" --benchmark_out_format=json >/dev/null 2>>"$log"
 tail -1 "$log"
@@ -37,7 +40,15 @@ for m in "$PQ2" "$PTQ1"; do
   echo "== whole token: $m" | tee -a "$log"
   "$W" "$B/bin/bonsai" bench -m "$m" -p 0 -n 16 -r 3 -t 2 --path fast 2>&1 | grep -v "^$" | tee -a "$log"
 done
+if [ -n "${CPU_DECODE_MAP:-}" ]; then  # the zero-copy file layout, for comparison
+  echo "== whole token, BONSAI_CPU_WEIGHTS=map: $PQ2" | tee -a "$log"
+  BONSAI_CPU_WEIGHTS=map "$W" "$B/bin/bonsai" bench -m "$PQ2" -p 0 -n 16 -r 3 -t 2 --path fast 2>&1 | grep -v "^$" |
+    tee -a "$log"
+fi
 echo "== per-op profile: $PQ2" | tee -a "$log"
 "$W" "$B/bin/bonsai" bench -m "$PQ2" -p 0 -n 16 -r 2 -t 2 --path fast --profile 2>&1 | grep -v "^$" | tee -a "$log"
+echo "== load time and resident memory" | tee -a "$log"
+python3 "$HERE/load_time.py" "$B/bin/bonsai" "$PQ2" | tee -a "$log"
+python3 "$HERE/load_time.py" "$B/bin/bonsai" "$PTQ1" | tee -a "$log"
 echo "== page cache: FileHugePages $(awk '/FileHugePages/ {print $2, $3}' /proc/meminfo) (2 MiB folios machine-wide)" \
   | tee -a "$log"
