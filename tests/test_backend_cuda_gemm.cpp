@@ -235,7 +235,7 @@ TEST_F(CudaGemm, DecodeMatvecLongRowsMatchReference) {
   }
 }
 
-// GEMM throughput at the 27B shapes, 512 tokens (docs/performance.md); weights random.
+// GEMM throughput at the 27B shapes, 512 tokens or BONSAI_CUDA_BENCH_T (docs/performance.md); weights random.
 TEST(CudaBench, GemmAt27bShapes) {
   if (!std::getenv("BONSAI_CUDA_BENCH")) GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the GEMM benchmark";
   std::string why;
@@ -249,7 +249,8 @@ TEST(CudaBench, GemmAt27bShapes) {
   // 64 FFN: gate/up 17408, down.
   const Shape shapes[] = {{5120, 10240, 48},  {5120, 6144, 48}, {5120, 12288, 16}, {5120, 1024, 32},
                           {5120, 17408, 128}, {6144, 5120, 64}, {17408, 5120, 64}};
-  const int t = 512;
+  const char* te = std::getenv("BONSAI_CUDA_BENCH_T");  // tokens (default 512)
+  const int t = te && std::atoi(te) > 0 ? std::atoi(te) : 512;
   std::printf("| K | N | t | us | T MAC/s (weight x token) |\n|---|---|---|---|---|\n");
   double total_s = 0;
   for (const Shape& sh : shapes) {

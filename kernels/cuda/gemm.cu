@@ -284,6 +284,15 @@ __global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
   y[idx - off] = sum;  // y_j is [t][n_j], the slice's layout
 }
 
+// BONSAI_CUDA_GEMM_SPLIT (plan_gemm): unset or 1 = the model, 0 = the former rule, n > 1 = n ranges.
+int gemm_split_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_SPLIT");
+    return e ? std::atoi(e) : 1;
+  }();
+  return mode;
+}
+
 GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
   GemmPlan plan;
   int blocks = 0;
@@ -299,11 +308,42 @@ GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
     plan.block_start[j] = blocks;
     plan.out_start[j] = out;
   }
-  // Few blocks (few tokens, short outputs): split the k-blocks so that about two blocks per
-  // SM run, each range at least 4 k-blocks long.
+  // Split the k-blocks over blockIdx.z (ranges of at least 4 k-blocks). Fewer blocks than SMs
+  // (few tokens, short outputs): about two blocks per SM. Otherwise the split that ends the
+  // launch soonest by a model of its time on S SMs of two block slots each: every full round
+  // of 2·S blocks takes one range's time; a last partial round of R blocks takes it too when
+  // R > S (some SM runs two), but only kLoneBlock of it when R <= S (each block runs alone,
+  // with its SM's issue slots to itself; 0.56 fits the H200's GEMMs of K x N = 17408 x 5120
+  // and 5120 x 6144 at t = 512). Each range beyond one costs the partial sums' write and read
+  // (t x n floats, ~3 TB/s) against ~2.3 µs per k-block of a block pair: 6.9 MB per k-block
+  // unit. So the FFN down projection (320 blocks at t = 512, 160 at t = 256: mostly one block
+  // per SM in the last round) runs as 2 or 4 ranges instead of 1 or 2; launches of two or
+  // more full rounds stay whole. BONSAI_CUDA_GEMM_SPLIT=0: the first rule for every grid (the
+  // plan before the model); n > 1: n ranges wherever k allows (measurements).
   const int grid = blocks * ((t + kGemmTokens - 1) / kGemmTokens);
-  int splits = std::clamp((2 * sm_count + grid - 1) / grid, 1, std::max(1, kblocks / 4));
+  const int max_splits = std::max(1, kblocks / 4);
+  int splits = std::clamp((2 * sm_count + grid - 1) / grid, 1, max_splits);
   plan.kb_per_split = (kblocks + splits - 1) / splits;
+  if (gemm_split_mode() > 1) {
+    splits = std::min(gemm_split_mode(), max_splits);
+    plan.kb_per_split = (kblocks + splits - 1) / splits;
+  } else if (gemm_split_mode() == 1 && grid >= sm_count) {
+    constexpr double kLoneBlock = 0.56;
+    const int64_t slots = 2 * static_cast<int64_t>(sm_count);
+    double best = 0;
+    for (int s = 1; s <= std::min(16, max_splits); ++s) {
+      const int kbps = (kblocks + s - 1) / s, real = (kblocks + kbps - 1) / kbps;
+      const int64_t g = static_cast<int64_t>(grid) * real, rest = g % slots;
+      const double rounds = static_cast<double>(g / slots) + (rest == 0          ? 0.0
+                                                              : rest <= sm_count ? kLoneBlock
+                                                                                 : 1.0);
+      const double cost = rounds * kbps + (real > 1 ? real * 8.0 * static_cast<double>(out) / 6.9e6 : 0.0);
+      if (s == 1 || cost < best * 0.97) {  // a range more only for a clear gain
+        best = cost;
+        plan.kb_per_split = kbps;
+      }
+    }
+  }
   return plan;
 }
 

@@ -20,8 +20,9 @@ inline constexpr int kGemmMinTokens = 12;
 // Floats of split-K partial sums gemm_tiled needs for these jobs (0: none).
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count);
 // jobs: same k and scale grouping (groups 1 or 2); xq/meta: quantize_act of x [t][k]. With
-// few row blocks x token blocks the k-blocks are split over blockIdx.z; the ranges' sums go
-// to `partial` (gemm_tiled_scratch floats) and are added in a fixed order by a second launch.
+// few row blocks x token blocks, or a last round of blocks that would leave SMs idle, the
+// k-blocks are split over blockIdx.z (gemm.cu, plan_gemm); the ranges' sums go to `partial`
+// (gemm_tiled_scratch floats) and are added in a fixed order by a second launch.
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s);
 
