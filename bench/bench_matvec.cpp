@@ -136,12 +136,13 @@ BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_1t, DType::PTQ1_0, Precision::Faithfu
 // Compute ceiling: a 5120 × 128 matrix (L2-resident) on one thread, timed in
 // CPU time so other load on the machine does not distort it. Compare with the
 // per-core share of read_bandwidth (threads:2 / 2).
-void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa, bool lanes = false) {
+void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa, bool lanes = false,
+                   int64_t k = 5120) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
   }
-  const int64_t k = 5120, n = 128;
+  const int64_t n = 128 * 5120 / k;  // ~700 KB of weights: L2-resident
   std::vector<uint8_t> w(row_bytes(type, k) * n);
   fill_random(w.data(), w.size(), 3);
   const DTypeInfo info = dtype_info(type);
@@ -170,6 +171,11 @@ BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful, DType::PQ2_0, Precision::Faithful
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true);
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true);
+// Long rows (K = 17408, ffn_down: 8 rows side by side, 36 KB activation from L2).
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512, false,
+                  17408);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true,
+                  17408);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful, DType::Q2_0_G64, Precision::Faithful, Isa::Avx512);

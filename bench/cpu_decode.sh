@@ -3,7 +3,8 @@
 # under bench/watchdog.py (ACCEPT only when other processes used < 10 % CPU).
 # Matvec modes: pq2_lanes (the AVX-512 default: block lanes on huge pages),
 # pq2_faithful (file layout, 4 KiB pages), pq2_faithful_thp (file layout, huge
-# pages). CPU_DECODE_MAP=1 adds a whole-token run with BONSAI_CPU_WEIGHTS=map.
+# pages). CPU_DECODE_MAP=1 adds a whole-token run with BONSAI_CPU_WEIGHTS=map;
+# CPU_DECODE_PART=matvec or token runs only that half (~5 min each).
 #
 # Usage: bench/cpu_decode.sh BUILD_DIR OUT_DIR [PQ2_MODEL] [PTQ1_MODEL]
 #   BUILD_DIR  a Release build (bin/bonsai, bench/bonsai_bench)
@@ -28,6 +29,8 @@ mkdir -p "$OUT"
 log="$OUT/cpu_decode.log"
 echo "== $(date -u +%FT%TZ) $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null)" | tee -a "$log"
 
+PART=${CPU_DECODE_PART:-all}  # matvec | token | all (each part fits one 10-minute quiet window)
+if [ "$PART" != token ]; then
 echo "== matvec ratios (bonsai_bench)" | tee -a "$log"
 "$W" "$B/bench/bonsai_bench" \
   --benchmark_filter='read_bandwidth|BM_matvec/(pq2_lanes|pq2_faithful|pq2_faithful_thp)/|BM_matvec_hot/(pq2_lanes|pq2_faithful|ptq1_faithful)$' \
@@ -35,6 +38,8 @@ echo "== matvec ratios (bonsai_bench)" | tee -a "$log"
   --benchmark_out="$OUT/matvec.json" --benchmark_out_format=json >/dev/null 2>>"$log"
 tail -1 "$log"
 python3 "$HERE/ratios.py" "$OUT/matvec.json" | tee -a "$log"
+fi
+[ "$PART" = matvec ] && exit 0
 
 for m in "$PQ2" "$PTQ1"; do
   echo "== whole token: $m" | tee -a "$log"
