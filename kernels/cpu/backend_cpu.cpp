@@ -22,6 +22,10 @@ CpuBackend::CpuBackend(int n_threads, Isa isa, cpu::Precision precision)
 
 void CpuBackend::prepare(Weight& w) {
   if (w.prepared) return;
+  // The token embedding is read row by row from the file (embed); a repack
+  // of it (338 MB for the 27B) only serves a tied head, which then reads the
+  // file layout instead.
+  if (w.name == "token_embd.weight") return;
   if (auto r = cpu::make_repack(w, repack_policy_, pool_, isa_)) {
     w.prepared = r.get();
     repacks_.push_back(std::move(r));
