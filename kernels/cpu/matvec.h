@@ -1,8 +1,9 @@
 // Fast CPU matrix-vector products for decode: y[r] = Σ_k W[r,k]·x[k].
 //
 // Ternary weights (PQ2_0, Q2_0 g128/g64, PTQ1_0) are read in their file layout
-// straight from the mmap; the activation is quantized once per activation
-// site into a PreparedAct, which every matvec sharing that input reuses.
+// straight from the mmap, or (AVX-512 default) in the block-lanes layout the
+// backend makes at load (below); the activation is quantized once per
+// activation site into a PreparedAct, which every matvec sharing that input reuses.
 //
 // ---- Numerics (the central design decision) --------------------------------
 // A ternary dot product Σ (c_j − 1)·d_b·x_j is computed per weight block b as
