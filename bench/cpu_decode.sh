@@ -33,7 +33,7 @@ PART=${CPU_DECODE_PART:-all}  # matvec | token | all (each part fits one 10-minu
 if [ "$PART" != token ]; then
 echo "== matvec ratios (bonsai_bench)" | tee -a "$log"
 "$W" "$B/bench/bonsai_bench" \
-  --benchmark_filter='read_bandwidth|BM_matvec/(pq2_lanes|pq2_faithful|pq2_faithful_thp)/|BM_matvec_hot/(pq2_lanes|pq2_faithful|ptq1_faithful)$' \
+  --benchmark_filter='read_bandwidth|BM_matvec/(pq2_lanes|pq2_faithful|pq2_faithful_thp)/|BM_matvec_hot/(pq2_lanes|pq2_faithful|ptq1_faithful|pq2_lanes_k17408|pq2_faithful_k17408)$' \
   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true \
   --benchmark_out="$OUT/matvec.json" --benchmark_out_format=json >/dev/null 2>>"$log"
 tail -1 "$log"
