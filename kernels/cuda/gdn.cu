@@ -461,124 +461,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Prefill: the delta rule over t tokens whose q and k gdn_conv_norm has normalised, gates
-// from alpha/beta_in (or g/beta), raw outputs o [t][n_v][d_v], and (qkv given) the new conv
-// state; block per (value head, 32 columns), the fused kernel's one-reduction step. Inputs are
-// loaded two tokens ahead, q/k staged into shared memory one token ahead (three buffers),
-// and the partial sums alternate between two buffers, so a token costs a single barrier and
-// no wait on memory.
-__global__ void __launch_bounds__(512) gdn_walk_kernel(GdnFused p) {
-  extern __shared__ float sm[];  // qk[3][2][d_k], red[2][3][RG][d_v]
-  pdl_trigger();
-  pdl_wait();
-  const int d_k = p.d_k, d_v = p.d_v, RG = d_k / 32;
-  const int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // block (value head, 32-column group): the state's columns are independent, and d_v/32
-  // blocks per head spread the walk's per-token work over 4x the SMs; warp = row group.
-  const int rg = warp, col = blockIdx.y * 32 + lane, hk = h % p.n_k, tid = threadIdx.x;
-  const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
-  const bool qk_thread = tid < d_k;
-  float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
-  float* qkb = sm;
-  float* redb = sm + 6 * d_k;
-  float s[32];
-#pragma unroll
-  for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
-  // token i's inputs as loaded (the gates' raw alpha/beta_in, or g/beta)
-  auto load_tok = [&](int i, float& q, float& k, float& v, float& ga, float& gb) {
-    const float* cn = p.conv + static_cast<int64_t>(i) * width;
-    if (qk_thread) {
-      q = cn[hk * d_k + tid];
-      k = cn[qk + hk * d_k + tid];
-    }
-    v = cn[2 * qk + static_cast<int64_t>(h) * d_v + col];
-    const int64_t ih = static_cast<int64_t>(i) * p.n_v + h;
-    ga = p.alpha ? p.alpha[ih] : p.g[ih];
-    gb = p.alpha ? p.beta_in[ih] : p.beta[ih];
-  };
-  auto gate = [&](float ga, float gb, float& decay, float& b) {
-    if (p.alpha) {
-      decay = expf(p.ssm_a[h] * softplus(ga + p.dt_bias[h]));
-      b = sigmoid(gb);
-    } else {
-      decay = expf(ga);
-      b = gb;
-    }
-  };
-  // Two tokens ahead: token i+2 is loaded into registers while token i is processed, token
-  // i+1 (loaded one step earlier, so its values have arrived) goes to shared memory.
-  float q0 = 0.0f, k0 = 0.0f, v, ga, gb, decay, b;
-  load_tok(0, q0, k0, v, ga, gb);
-  if (qk_thread) {
-    qkb[tid] = q0;
-    qkb[d_k + tid] = k0;
-  }
-  gate(ga, gb, decay, b);
-  // Two register sets, alternating: token i+1's (loaded one step earlier) and token i+2's
-  // (loaded now). Rotating one set into the other (q1 = q2) would be a register move that
-  // waits for the load just issued, i.e. one memory latency per token.
-  float q1 = 0.0f, k1 = 0.0f, v1 = 0.0f, ga1 = 0.0f, gb1 = 0.0f;
-  float q2 = 0.0f, k2 = 0.0f, v2 = 0.0f, ga2 = 0.0f, gb2 = 0.0f;
-  if (p.t > 1) load_tok(1, q1, k1, v1, ga1, gb1);
-  __syncthreads();
-  // step i: (qa..gba) hold token i+1, token i+2 is loaded into (qb..gbb)
-  auto step = [&](int i, float& qa, float& ka, float& va, float& gaa, float& gba, float& qb, float& kb,
-                  float& vb, float& gab, float& gbb) {
-    if (i + 2 < p.t) load_tok(i + 2, qb, kb, vb, gab, gbb);
-    const float* qn = qkb + (i % 3) * 2 * d_k;
-    const float* kn = qn + d_k;
-    float pk = 0.0f, pq = 0.0f, kq = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      s[j] *= decay;
-      pk += s[j] * kn[rg * 32 + j];
-      pq += s[j] * qn[rg * 32 + j];
-      kq += kn[rg * 32 + j] * qn[rg * 32 + j];
-    }
-    float* red = redb + (i & 1) * 3 * RG * d_v;
-    red[rg * d_v + col] = pk;
-    red[(RG + rg) * d_v + col] = pq;
-    red[(2 * RG + rg) * d_v + col] = kq;
-    if (i + 1 < p.t && qk_thread) {
-      float* nxt = qkb + ((i + 1) % 3) * 2 * d_k;
-      nxt[tid] = qa;
-      nxt[d_k + tid] = ka;
-    }
-    __syncthreads();
-    float kvb = 0.0f, sq = 0.0f, kq_all = 0.0f;
-    for (int r = 0; r < RG; ++r) {
-      kvb += red[r * d_v + col];
-      sq += red[(RG + r) * d_v + col];
-      kq_all += red[(2 * RG + r) * d_v + col];
-    }
-    const float delta = b * (v - kvb);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) s[j] += kn[rg * 32 + j] * delta;
-    if (rg == 0) p.out[(static_cast<int64_t>(i) * p.n_v + h) * d_v + col] = sq + delta * kq_all;
-    v = va;
-    gate(gaa, gba, decay, b);
-  };
-  for (int i = 0; i < p.t; i += 2) {
-    step(i, q1, k1, v1, ga1, gb1, q2, k2, v2, ga2, gb2);
-    if (i + 1 < p.t) step(i + 1, q2, k2, v2, ga2, gb2, q1, k1, v1, ga1, gb1);
-  }
-#pragma unroll
-  for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
-  if (p.qkv) {  // the conv state: the last taps-1 inputs (t >= taps-1); key head hk's by block hk
-    const int64_t first = static_cast<int64_t>(p.t - (p.taps - 1)) * width;
-    for (int j = 0; j < p.taps - 1; ++j) {
-      const float* xj = p.qkv + first + j * width;
-      float* st = p.conv_state + static_cast<int64_t>(j) * width;
-      if (h < p.n_k && blockIdx.y == 0 && qk_thread) {
-        st[hk * d_k + tid] = xj[hk * d_k + tid];
-        st[qk + hk * d_k + tid] = xj[qk + hk * d_k + tid];
-      }
-      if (rg == 0)
-        st[2 * qk + static_cast<int64_t>(h) * d_v + col] = xj[2 * qk + static_cast<int64_t>(h) * d_v + col];
-    }
-  }
-}
-
 }  // namespace
 
 void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
@@ -626,12 +508,6 @@ void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t r
   const dim3 grid(static_cast<unsigned>((2 * n_v + kAbRows - 1) / kAbRows),
                   static_cast<unsigned>((t + kAbTile - 1) / kAbTile));
   launch(gdn_ab_batch_kernel, grid, 256, 0, s, x, wa, wb, row_bytes, type, k, n_v, t, alpha, beta_in);
-}
-
-void gdn_walk(const GdnFused& p, cudaStream_t s) {
-  const size_t smem = (6 * p.d_k + 6 * (p.d_k / 32) * p.d_v) * sizeof(float);
-  launch(gdn_walk_kernel, dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>(p.d_v / 32)),
-         static_cast<unsigned>(p.d_k), smem, s, p);
 }
 
 }  // namespace bonsai::cuda

@@ -169,6 +169,10 @@ void gdn_ab_batch(const float* x, const uint8_t* wa, const uint8_t* wb, size_t r
 void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_w, float* conv, int t,
                    int taps, int n_k, int n_v, int d_k, int d_v, float eps, cudaStream_t s);
 void gdn_walk(const GdnFused& p, cudaStream_t s);
+// kernel: 0 one token at a time, 1 chunks of tokens staged in shared memory (one column per
+// thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
+// (kernels/cuda/gdn_walk.cu). The two-argument form: BONSAI_CUDA_WALK, default 1.
+void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
 
 // ---- the head's candidates ---------------------------------------------------------------
 // Backend::top_k on the device: the k best of x [n] (1 <= k <= min(n, kMaxTopK)) into out,
