@@ -120,7 +120,8 @@ TEST(CpuRepack, PreparedWeightsMatchReference) {
 // make_repack per policy and ISA: the transcode equals the reference transcode
 // row by row, the block-lanes repack equals pack_lanes_rows of the (transcoded)
 // PQ2_0 bytes, the huge-page copy equals the file bytes, Q2_0 g64 and float
-// weights are never re-laid, and nothing else is repacked.
+// weights are never re-laid (float matrices are copied when the ternary weights
+// leave the file), and nothing else is repacked.
 TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
   const int64_t k = 384, n = 21;
   const auto ptq1 = random_ptq1(n, k, 13);
@@ -172,7 +173,18 @@ TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
           EXPECT_EQ(rg->layout, cpu::WeightLayout::File) << what;
           EXPECT_TRUE(same(*rg, g64)) << what;
         }
-        EXPECT_EQ(cpu::make_repack(wf, pol, pool, isa), nullptr) << what;
+        const auto rf = cpu::make_repack(wf, pol, pool, isa);
+        ASSERT_EQ(rf != nullptr, to_lanes || mode == cpu::WeightsMode::Copy) << what << " (float matrix)";
+        if (rf) {
+          EXPECT_EQ(rf->type, DType::F32) << what;
+          EXPECT_EQ(rf->layout, cpu::WeightLayout::File) << what;
+          EXPECT_TRUE(rf->bytes.size() == f.size() * 4 &&
+                      std::memcmp(rf->bytes.data(), f.data(), rf->bytes.size()) == 0)
+              << what;
+        }
+        Weight wv = wf;  // a vector (norm gains, biases) is never copied
+        wv.n = 1, wv.k = k * n;
+        EXPECT_EQ(cpu::make_repack(wv, pol, pool, isa), nullptr) << what;
       }
   }
 }

@@ -107,8 +107,18 @@ std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy,
     transcode_ptq1_to_pq2(view_of(w), r->bytes.data(), pool, isa == Isa::Scalar ? Isa::Scalar : Isa::Avx2);
     return r;
   }
-  if ((w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 || w.type == DType::Q2_0_G64) &&
-      policy.weights == WeightsMode::Copy) {
+  // Float matrices (the 27B's BF16 ssm_alpha / ssm_beta) join the ternary
+  // weights in anonymous memory whenever those leave the file: read from the
+  // file mapping, they measured 3-10x slower per token in some block-lanes runs
+  // (their page-cache pages compete with the repacks on a 24 GB machine).
+  const bool float_matrix =
+      (w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16) && w.n > 1;
+  const bool weights_off_file =
+      policy.weights == WeightsMode::Copy || (policy.weights == WeightsMode::Lanes && isa == Isa::Avx512);
+  const bool ternary_copy =
+      (w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 || w.type == DType::Q2_0_G64) &&
+      policy.weights == WeightsMode::Copy;
+  if (ternary_copy || (float_matrix && weights_off_file)) {
     const size_t n = row_bytes(w.type, k) * static_cast<size_t>(w.n);
     auto r = std::make_unique<Repack>(w.type, n);
     constexpr size_t kTask = size_t{2} << 20;  // one huge page per task

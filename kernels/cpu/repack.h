@@ -60,7 +60,9 @@ class HugeBuffer {
 //    Lanes16 layout in huge-page memory; `map`: PQ2_0 / Q2_0 read where the
 //    file maps them (zero copy; the low-memory option); `copy`: copied as they
 //    are into huge-page memory. Q2_0 g64 is never re-laid (lanes = map for it),
-//    nor is anything with the AVX2 / scalar kernels.
+//    nor is anything with the AVX2 / scalar kernels. Float matrices (F32 /
+//    F16 / BF16, n > 1) are copied as they are whenever the ternary weights
+//    leave the file (lanes on AVX-512, or copy).
 // Other values are a UsageError naming the variable.
 enum class WeightsMode : uint8_t { Lanes, Map, Copy };
 struct RepackPolicy {
