@@ -93,8 +93,14 @@ void rows_impl(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
       const __m512 sc = _mm512_load_ps(a.scale + p * 16);
       for (int i = 0; i < R; ++i) {
         const uint8_t* b0 = row + i * args.row_bytes + p * 68;
-        _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + p * pf.per_iter + i * pf.per_row),
-                     _MM_HINT_T0);
+        // 8-row groups (K = 17408): one group ahead is 37 KB, more than L1 next to the 34 KB
+        // activation, so those prefetches go to L2 (as in matvec_lanes_avx512.cpp).
+        if constexpr (R >= 8)
+          _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + p * pf.per_iter + i * pf.per_row),
+                       _MM_HINT_T1);
+        else
+          _mm_prefetch(reinterpret_cast<const char*>(row + pf.ahead + p * pf.per_iter + i * pf.per_row),
+                       _MM_HINT_T0);
         const __m512i t = pair_dot<kFaithful>(load_pair(b0 + 2, b0 + 36), h, l, corr);
         const __m512 dsc = _mm512_mul_ps(pair_scales(load_u16(b0), load_u16(b0 + 34)), sc);
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dsc, acc[i]);
