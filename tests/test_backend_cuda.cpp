@@ -575,7 +575,8 @@ TEST_F(CudaOps, AttentionMatchesReference) {
     int n_head, n_head_kv, head_dim, t, pos0;
   };
   for (const Case& cs :
-       {Case{6, 2, 128, 1, 37}, Case{8, 1, 256, 5, 0}, Case{24, 4, 256, 1, 300}, Case{4, 4, 64, 7, 70}}) {
+       {Case{6, 2, 128, 1, 37}, Case{8, 1, 256, 5, 0}, Case{24, 4, 256, 1, 300}, Case{4, 4, 64, 7, 70},
+        Case{24, 4, 256, 72, 97}}) {  // the 27B's heads, a prefill batch (one split per token)
     const int n_ctx = cs.pos0 + cs.t + 3;
     const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
     const size_t kv = static_cast<size_t>(n_ctx) * cs.n_head_kv * cs.head_dim;

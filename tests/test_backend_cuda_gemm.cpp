@@ -1,9 +1,10 @@
 // The CUDA prefill GEMM (kernels/cuda/gemm.cu) and the decode matvec on long rows against
-// exact dot products of the dequantized weights, and the GEMM's throughput at the 27B shapes
-// (with BONSAI_CUDA_BENCH=1). CudaGemmNumerics runs everywhere; the rest needs a device and
-// skips with the reason when there is none.
+// exact dot products of the dequantized weights, and the GEMM's (and the prefill attention's)
+// throughput at the 27B shapes (with BONSAI_CUDA_BENCH=1). CudaGemmNumerics runs everywhere; the rest needs a
+// device and skips with the reason when there is none.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -235,6 +236,31 @@ TEST_F(CudaGemm, DecodeMatvecLongRowsMatchReference) {
   }
 }
 
+// A random PQ2_0 weight of n rows × k columns (all scales 1/64), for the benchmarks.
+void fill_bench_weight(TernaryWeight& h, int64_t k, int64_t n) {
+  h.bytes.resize(static_cast<size_t>(row_bytes(DType::PQ2_0, k)) * n);
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < h.bytes.size(); i += 34) {
+    for (size_t j = 2; j < 34; j += 8) {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      std::memcpy(&h.bytes[i + j], &st, 8);
+    }
+    const uint16_t dd = f32_to_fp16(1.0f / 64);
+    std::memcpy(&h.bytes[i], &dd, 2);
+  }
+  h.w.name = "bench";
+  h.w.type = DType::PQ2_0;
+  h.w.n = n;
+  h.w.k = k;
+  h.w.data = h.bytes.data();
+  h.w.nbytes = h.bytes.size();
+}
+
+int bench_tokens() {
+  const char* te = std::getenv("BONSAI_CUDA_BENCH_T");  // tokens (default 512)
+  return te && std::atoi(te) > 0 ? std::atoi(te) : 512;
+}
+
 // GEMM throughput at the 27B shapes, 512 tokens or BONSAI_CUDA_BENCH_T (docs/performance.md); weights random.
 TEST(CudaBench, GemmAt27bShapes) {
   if (!std::getenv("BONSAI_CUDA_BENCH")) GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the GEMM benchmark";
@@ -249,28 +275,12 @@ TEST(CudaBench, GemmAt27bShapes) {
   // 64 FFN: gate/up 17408, down.
   const Shape shapes[] = {{5120, 10240, 48},  {5120, 6144, 48}, {5120, 12288, 16}, {5120, 1024, 32},
                           {5120, 17408, 128}, {6144, 5120, 64}, {17408, 5120, 64}};
-  const char* te = std::getenv("BONSAI_CUDA_BENCH_T");  // tokens (default 512)
-  const int t = te && std::atoi(te) > 0 ? std::atoi(te) : 512;
+  const int t = bench_tokens();
   std::printf("| K | N | t | us | T MAC/s (weight x token) |\n|---|---|---|---|---|\n");
   double total_s = 0;
   for (const Shape& sh : shapes) {
     TernaryWeight h;
-    h.bytes.resize(static_cast<size_t>(row_bytes(DType::PQ2_0, sh.k)) * sh.n);
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < h.bytes.size(); i += 34) {
-      for (size_t j = 2; j < 34; j += 8) {
-        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
-        std::memcpy(&h.bytes[i + j], &st, 8);
-      }
-      const uint16_t dd = f32_to_fp16(1.0f / 64);
-      std::memcpy(&h.bytes[i], &dd, 2);
-    }
-    h.w.name = "bench";
-    h.w.type = DType::PQ2_0;
-    h.w.n = sh.n;
-    h.w.k = sh.k;
-    h.w.data = h.bytes.data();
-    h.w.nbytes = h.bytes.size();
+    fill_bench_weight(h, sh.k, sh.n);
     be.prepare(h.w);
     auto x = randn(static_cast<size_t>(t) * sh.k, 8);
     float* dx = be.alloc(x.size());
@@ -288,6 +298,89 @@ TEST(CudaBench, GemmAt27bShapes) {
   }
   std::printf("27B ternary matmuls (no head) for %d tokens: %.2f ms -> %.0f tok/s (GEMM + quantize)\n", t,
               total_s * 1e3, t / total_s);
+}
+
+// The GEMM launches of a 27B forward pass as the graph issues them (matmul_multi: GDN qkv + z,
+// attention q + k + v, FFN gate + up in one launch each), t tokens; the split-K plan
+// (BONSAI_CUDA_GEMM_SPLIT) is chosen per launch, so this is what it must be fitted on.
+TEST(CudaBench, GemmLaunchesAt27b) {
+  if (!std::getenv("BONSAI_CUDA_BENCH")) GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the GEMM benchmark";
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  struct Launch {
+    int64_t k;
+    std::vector<int64_t> n;  // the weights of one launch
+    int per_pass;            // launches per forward pass (64 layers)
+  };
+  const Launch launches[] = {{5120, {10240, 6144}, 48},
+                             {5120, {12288, 1024, 1024}, 16},
+                             {5120, {17408, 17408}, 64},
+                             {6144, {5120}, 64},
+                             {17408, {5120}, 64}};
+  const int t = bench_tokens();
+  const char* split = std::getenv("BONSAI_CUDA_GEMM_SPLIT");
+  std::printf("| K | N | t | split | us |\n|---|---|---|---|---|\n");
+  double total_s = 0;
+  for (const Launch& l : launches) {
+    std::vector<TernaryWeight> h(l.n.size());
+    std::vector<const Weight*> ws;
+    std::vector<float*> ys;
+    int64_t rows = 0;
+    for (size_t j = 0; j < l.n.size(); ++j) {
+      fill_bench_weight(h[j], l.k, l.n[j]);
+      be.prepare(h[j].w);
+      ws.push_back(&h[j].w);
+      ys.push_back(be.alloc(static_cast<size_t>(t) * l.n[j]));
+      rows += l.n[j];
+    }
+    auto x = randn(static_cast<size_t>(t) * l.k, 8);
+    float* dx = be.alloc(x.size());
+    be.from_host(dx, x.data(), x.size());
+    const double sec = be.time_recorded([&] { be.matmul_multi(ws, dx, ys, t); }, 20);
+    std::printf("| %lld | %lld | %d | %s | %.1f |\n", static_cast<long long>(l.k),
+                static_cast<long long>(rows), t, split ? split : "model", sec * 1e6);
+    total_s += sec * l.per_pass;
+    for (size_t j = 0; j < l.n.size(); ++j) {
+      be.unprepare(h[j].w);
+      be.release(ys[j]);
+    }
+    be.release(dx);
+  }
+  std::printf("27B GEMM launches (no head) for %d tokens: %.2f ms -> %.0f tok/s (GEMM + quantize)\n", t,
+              total_s * 1e3, t / total_s);
+}
+
+// The prefill attention (split + merge, BONSAI_CUDA_ATTN) of one 27B attention layer (24 query heads, 4 KV
+// heads, head_dim 256) for t tokens after pos0 cached ones (BONSAI_CUDA_BENCH_T, default 512;
+// BONSAI_CUDA_BENCH_POS0, default 256: the second chunk of a pp512 run).
+TEST(CudaBench, AttentionPrefill27b) {
+  if (!std::getenv("BONSAI_CUDA_BENCH"))
+    GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the attention benchmark";
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  const int t = bench_tokens();
+  const char* pe = std::getenv("BONSAI_CUDA_BENCH_POS0");
+  const int pos0 = pe ? std::atoi(pe) : 256;
+  const AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  const size_t kv = static_cast<size_t>(pos0 + t) * s.n_head_kv * s.head_dim;
+  auto q = randn(static_cast<size_t>(t) * s.n_head * s.head_dim, 91, 2.0f);
+  auto kc = randn(kv, 92), vc = randn(kv, 93);
+  float *dq = be.alloc(q.size()), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(q.size());
+  be.from_host(dq, q.data(), q.size());
+  be.from_host(dk, kc.data(), kv);
+  be.from_host(dv, vc.data(), kv);
+  // Timed eagerly: a recorded graph would read the position from the step parameters (a
+  // decode step's), not pos0. Two launches a call, ~170 µs each: the host stays ahead.
+  be.attention(dq, dk, dv, out, t, pos0, s);
+  be.sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < 20; ++r) be.attention(dq, dk, dv, out, t, pos0, s);
+  be.sync();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
+  std::printf("attention 24/4 x 256, t = %d after %d: %.1f us\n", t, pos0, sec * 1e6);
+  for (float* p : {dq, dk, dv, out}) be.release(p);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // computes an online-softmax partial (max, sum, weighted V) for the query heads
 // that share that KV head, and a second kernel merges the partials (and applies the output
 // gate of the attention site).
+#include <cstdlib>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -15,6 +17,15 @@ constexpr int kMaxGroup = 8;  // query heads per KV head
 
 // grid (n_head_kv, splits, t). Warp w takes positions p0 + w, p0 + w + 4, ...; lane holds
 // dims lane + 32e. The warps' partials are merged in shared memory into one per split.
+// PIPE = 1: each warp loads position p + 4's K and V rows while it scores position p (two
+// register sets used in turn, so no copy waits for a load in flight), and blockIdx.z runs the
+// tokens from the last one, so that the causal mask's longest rows start first instead of
+// ending the launch alone. G > 0: the group size known at compile time (6 for the 27B), so
+// the heads' score chains (dot, warp sum, exp, update) have no branch between them and
+// interleave; with the group read at run time (G = 0) each head's chain waited for the one
+// before. Same operations in the same order either way: bit-identical to PIPE = 0, G = 0 (the
+// former kernel: BONSAI_CUDA_ATTN=0; =1: PIPE = 1, G = 0).
+template <int PIPE, int G>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
@@ -23,9 +34,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_wait();
   __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
-  const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y, i = blockIdx.z;
+  const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+  const int i = PIPE ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group = n_head / n_head_kv, ne = head_dim / 32;
+  const int group = G ? G : n_head / n_head_kv, ne = head_dim / 32;
   const int n_kv = position(pos0, pos_dev) + i + 1;
   const int per = (n_kv + splits - 1) / splits;
   const int p0 = split * per, p1 = min(n_kv, p0 + per);
@@ -44,18 +56,19 @@ __global__ void __launch_bounds__(kWarps * 32)
                       : 0.0f;
     }
   }
-  for (int p = p0 + warp; p < p1; p += kWarps) {
+  auto load = [&](int p, float(&kr)[kMaxE], float(&vr)[kMaxE]) {
     const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
     const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-    float kr[kMaxE], vr[kMaxE];
 #pragma unroll
     for (int e = 0; e < kMaxE; ++e) {
       kr[e] = e < ne ? kp[e * 32 + lane] : 0.0f;
       vr[e] = e < ne ? vp[e * 32 + lane] : 0.0f;
     }
+  };
+  auto score = [&](const float(&kr)[kMaxE], const float(&vr)[kMaxE]) {
 #pragma unroll
     for (int hh = 0; hh < kMaxGroup; ++hh) {
-      if (hh >= group) break;
+      if (hh >= group) break;  // (a constant for G > 0)
       float dot = 0.0f;
 #pragma unroll
       for (int e = 0; e < kMaxE; ++e) dot += qr[hh][e] * kr[e];
@@ -66,6 +79,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int e = 0; e < kMaxE; ++e) acc[hh][e] = acc[hh][e] * corr + pe * vr[e];
       m[hh] = mn;
+    }
+  };
+  if (PIPE) {
+    float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];
+    int p = p0 + warp;
+    if (p < p1) load(p, ka, va);
+    if (p + kWarps < p1) load(p + kWarps, kb, vb);
+    for (; p < p1; p += 2 * kWarps) {
+      score(ka, va);  // position p
+      if (p + 2 * kWarps < p1) load(p + 2 * kWarps, ka, va);
+      if (p + kWarps >= p1) break;
+      score(kb, vb);  // position p + 4
+      if (p + 3 * kWarps < p1) load(p + 3 * kWarps, kb, vb);
+    }
+  } else {
+    for (int p = p0 + warp; p < p1; p += kWarps) {
+      float kr[kMaxE], vr[kMaxE];
+      load(p, kr, vr);
+      score(kr, vr);
     }
   }
 #pragma unroll
@@ -173,13 +205,27 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev) 
     p.k_cache[pos * kv + static_cast<int64_t>(h) * d + e] = y;
 }
 
+// BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
+// but the group read at run time (A/B); unset: the group at compile time where it is 6.
+int attention_mode() {
+  static const int mode = [] {
+    const char* e = std::getenv("BONSAI_CUDA_ATTN");
+    return e ? std::atoi(e) : 2;
+  }();
+  return mode;
+}
+
 }  // namespace
 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                const float* gate, int64_t gate_stride, cudaStream_t s) {
-  launch(attention_split_kernel, dim3(n_head_kv, splits, t), kWarps * 32, 0, s, q, k_cache, v_cache, part,
-         pos0, pos_dev, n_head, n_head_kv, head_dim, scale);
+  const dim3 grid(n_head_kv, splits, t);
+  const int mode = attention_mode();
+  auto kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
+  if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
+  launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
+         head_dim, scale);
   launch(attention_merge_kernel, static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part,
          out, splits, head_dim, gate, gate_stride);
 }

@@ -345,7 +345,8 @@ __global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
   y[idx - off] = sum;  // y_j is [t][n_j], the slice's layout
 }
 
-// BONSAI_CUDA_GEMM_SPLIT (plan_gemm): unset or 1 = the model, 0 = the former rule, n > 1 = n ranges.
+// BONSAI_CUDA_GEMM_SPLIT (plan_gemm): unset or 1 = the model, 0 = the former rule, n > 1 = n ranges,
+// -1 = one range (no split; measurements).
 int gemm_split_mode() {
   static const int mode = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM_SPLIT");
@@ -385,8 +386,8 @@ GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
   const int max_splits = std::max(1, kblocks / 4);
   int splits = std::clamp((2 * sm_count + grid - 1) / grid, 1, max_splits);
   plan.kb_per_split = (kblocks + splits - 1) / splits;
-  if (gemm_split_mode() > 1) {
-    splits = std::min(gemm_split_mode(), max_splits);
+  if (gemm_split_mode() > 1 || gemm_split_mode() == -1) {
+    splits = gemm_split_mode() == -1 ? 1 : std::min(gemm_split_mode(), max_splits);
     plan.kb_per_split = (kblocks + splits - 1) / splits;
   } else if (gemm_split_mode() == 1 && grid >= sm_count) {
     constexpr double kLoneBlock = 0.56;
