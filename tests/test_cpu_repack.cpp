@@ -38,11 +38,11 @@ std::vector<uint8_t> random_ptq1(int64_t n, int64_t k, uint32_t seed) {
   return bytes;
 }
 
-// A random PQ2_0 / Q2_0 g128 matrix (codes 0..3, varied scales, some zero).
+// A random PQ2_0 / Q2_0 (g128 or g64) matrix (codes 0..3, varied scales, some zero).
 std::vector<uint8_t> random_pq2(DType t, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> bytes(row_bytes(t, k) * n), codes(k);
-  std::vector<float> scales(k / 128);
+  std::vector<float> scales(k / dtype_info(t).block_size);
   for (int64_t r = 0; r < n; ++r) {
     for (auto& c : codes) c = static_cast<uint8_t>(rng() % 4);
     for (auto& s : scales) s = rng() % 9 == 0 ? 0.0f : 0.01f + 0.001f * static_cast<float>(rng() % 100);
