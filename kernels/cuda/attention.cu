@@ -31,7 +31,14 @@ __global__ void __launch_bounds__(kWarps * 32)
                            const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
                            int n_head, int n_head_kv, int head_dim, float scale) {
   pdl_trigger();
-  pdl_wait();
+  // A recorded decode step (pos_dev is given only then: CudaBackend::Impl::pos_dev) loads the
+  // cache rows of earlier steps before the dependency wait, so their DRAM round trip overlaps
+  // attention_prep: a replay starts after the previous one has finished and only this step's
+  // row (position n_kv - 1, stored by attention_prep) is written during it; the position
+  // itself comes from the step's copy node, which precedes every kernel. The eager path and
+  // prefill batches (rows of the same batch) wait first.
+  const bool early = PIPE && pos_dev != nullptr;
+  if (!early) pdl_wait();
   __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
   const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
@@ -42,6 +49,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int per = (n_kv + splits - 1) / splits;
   const int p0 = split * per, p1 = min(n_kv, p0 + per);
   const int64_t kv_stride = static_cast<int64_t>(n_head_kv) * head_dim;
+
+  auto load = [&](int p, float(&kr)[kMaxE], float(&vr)[kMaxE]) {
+    const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+    const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) {
+      kr[e] = e < ne ? kp[e * 32 + lane] : 0.0f;
+      vr[e] = e < ne ? vp[e * 32 + lane] : 0.0f;
+    }
+  };
+  float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];  // PIPE: positions p and p + 4
+  const int pw = p0 + warp, last = n_kv - 1;
+  if (early) {
+    if (pw < p1 && pw < last) load(pw, ka, va);
+    if (pw + kWarps < p1 && pw + kWarps < last) load(pw + kWarps, kb, vb);
+    pdl_wait();
+  }
 
   float qr[kMaxGroup][kMaxE], acc[kMaxGroup][kMaxE], m[kMaxGroup], l[kMaxGroup];
 #pragma unroll
@@ -56,15 +80,6 @@ __global__ void __launch_bounds__(kWarps * 32)
                       : 0.0f;
     }
   }
-  auto load = [&](int p, float(&kr)[kMaxE], float(&vr)[kMaxE]) {
-    const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-    const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-#pragma unroll
-    for (int e = 0; e < kMaxE; ++e) {
-      kr[e] = e < ne ? kp[e * 32 + lane] : 0.0f;
-      vr[e] = e < ne ? vp[e * 32 + lane] : 0.0f;
-    }
-  };
   auto score = [&](const float(&kr)[kMaxE], const float(&vr)[kMaxE]) {
 #pragma unroll
     for (int hh = 0; hh < kMaxGroup; ++hh) {
@@ -82,10 +97,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   };
   if (PIPE) {
-    float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];
-    int p = p0 + warp;
-    if (p < p1) load(p, ka, va);
-    if (p + kWarps < p1) load(p + kWarps, kb, vb);
+    int p = pw;
+    if (early) {  // this step's row, after the wait
+      if (p < p1 && p == last) load(p, ka, va);
+      if (p + kWarps < p1 && p + kWarps == last) load(p + kWarps, kb, vb);
+    } else {
+      if (p < p1) load(p, ka, va);
+      if (p + kWarps < p1) load(p + kWarps, kb, vb);
+    }
     for (; p < p1; p += 2 * kWarps) {
       score(ka, va);  // position p
       if (p + 2 * kWarps < p1) load(p + 2 * kWarps, ka, va);
@@ -112,23 +131,60 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   // thread per (head in group, dim): merge the warps
   const int row = head_dim + 2;
-  for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
-    const int hh = idx / head_dim, d = idx % head_dim;
-    float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][hh]);
-    float sum_l = 0.0f, sum_a = 0.0f;
-    if (mx != -INFINITY) {
+  if constexpr (G > 0) {
+    // The group known at compile time: each thread takes the warps' weights of its heads
+    // once (G·kWarps exps instead of that many per dim) and then runs the dims' sums, all
+    // heads unrolled, as independent loads and FMAs. The same operations per output in the
+    // same order as below: bit-identical.
+    float mx[G > 0 ? G : 1], f[G > 0 ? G : 1][kWarps], sum_l[G > 0 ? G : 1];
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh) {
+      mx[hh] = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx[hh] = fmaxf(mx[hh], sm_m[w][hh]);
+      sum_l[hh] = 0.0f;
+#pragma unroll
       for (int w = 0; w < kWarps; ++w) {
-        const float f = expf(sm_m[w][hh] - mx);  // 0 for an empty warp (m = -inf)
-        sum_l += f * sm_l[w][hh];
-        sum_a += f * sm_acc[w][hh][d];
+        f[hh][w] = expf(sm_m[w][hh] - mx[hh]);  // 0 for an empty warp (m = -inf); unused if mx is
+        if (mx[hh] != -INFINITY) sum_l[hh] += f[hh][w] * sm_l[w][hh];
       }
     }
-    float* pr = part + ((static_cast<int64_t>(i) * n_head + hk * group + hh) * splits + split) * row;
-    pr[2 + d] = sum_a;
-    if (d == 0) {
-      pr[0] = mx;
-      pr[1] = sum_l;
+    float* pr0 = part + ((static_cast<int64_t>(i) * n_head + hk * G) * splits + split) * row;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+#pragma unroll
+      for (int hh = 0; hh < G; ++hh) {
+        float sum_a = 0.0f;
+        if (mx[hh] != -INFINITY) {
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) sum_a += f[hh][w] * sm_acc[w][hh][d];
+        }
+        float* pr = pr0 + static_cast<int64_t>(hh) * splits * row;
+        pr[2 + d] = sum_a;
+        if (d == 0) {
+          pr[0] = mx[hh];
+          pr[1] = sum_l[hh];
+        }
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
+      const int hh = idx / head_dim, d = idx % head_dim;
+      float mx = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][hh]);
+      float sum_l = 0.0f, sum_a = 0.0f;
+      if (mx != -INFINITY) {
+        for (int w = 0; w < kWarps; ++w) {
+          const float f = expf(sm_m[w][hh] - mx);  // 0 for an empty warp (m = -inf)
+          sum_l += f * sm_l[w][hh];
+          sum_a += f * sm_acc[w][hh][d];
+        }
+      }
+      float* pr = part + ((static_cast<int64_t>(i) * n_head + hk * group + hh) * splits + split) * row;
+      pr[2 + d] = sum_a;
+      if (d == 0) {
+        pr[0] = mx;
+        pr[1] = sum_l;
+      }
     }
   }
 }
@@ -136,32 +192,54 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Block per (token, head), thread per dim: the splits merged, times the output gate
 // sigmoid(gate) when given (the attention site). Warp 0 turns the splits' maxima into
 // weights first (splits <= 32), so each thread's loop over the splits is loads and FMAs
-// only, all in flight together.
+// only, all in flight together. S > 0: the split count known at compile time (32, every
+// decode step): each thread loads its S partial values and its gate value right after the
+// wait, together with warp 0's maxima and sums, so the kernel makes one memory round trip
+// instead of three (weights, then the values in rounds of 8, then the gate); the same sum in
+// the same order (bit-identical).
+template <int S>
 __global__ void attention_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int splits,
                                        int head_dim, const float* __restrict__ gate, int64_t gate_stride) {
   __shared__ float fac[32], inv_den;
   pdl_trigger();
   pdl_wait();
+  if (S) splits = S;
   const int64_t th = blockIdx.x;  // token * n_head + head
   const int row = head_dim + 2;
   const float* pr = part + th * splits * row;
+  // One dim per thread: the launch gives 128 threads up to head_dim 128, else 256 (head_dim <= 256).
+  const int d = threadIdx.x;
+  const bool has_d = d < head_dim;
+  float pv[S > 0 ? S : 1];
+  float g = 0.0f;
+  if (S > 0 && has_d) {
+#pragma unroll
+    for (int sp = 0; sp < (S > 0 ? S : 1); ++sp) pv[sp] = pr[sp * row + 2 + d];
+    if (gate) g = gate[th * gate_stride + d];
+  }
   if (threadIdx.x < 32) {
     const int sp = threadIdx.x;
     const float m = sp < splits ? pr[sp * row] : -INFINITY;
+    const float lm = sp < splits ? pr[sp * row + 1] : 0.0f;  // loaded with m, not after the max
     const float mx = warp_max(m);
     const float f = m == -INFINITY ? 0.0f : expf(m - mx);  // 0 for an empty split
-    const float den = warp_sum(sp < splits ? f * pr[sp * row + 1] : 0.0f);
+    const float den = warp_sum(sp < splits ? f * lm : 0.0f);
     fac[sp] = f;
     if (sp == 0) inv_den = 1.0f / den;
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float num = 0.0f;
+  if (!has_d) return;
+  float num = 0.0f;
+  if constexpr (S > 0) {
+#pragma unroll
+    for (int sp = 0; sp < (S > 0 ? S : 1); ++sp) num += fac[sp] * pv[sp];
+  } else {
 #pragma unroll 8
     for (int sp = 0; sp < splits; ++sp) num += fac[sp] * pr[sp * row + 2 + d];
-    const float o = num * inv_den;
-    out[th * head_dim + d] = gate ? o * sigmoid(gate[th * gate_stride + d]) : o;
+    if (gate) g = gate[th * gate_stride + d];
   }
+  const float o = num * inv_den;
+  out[th * head_dim + d] = gate ? o * sigmoid(g) : o;
 }
 
 // Block per (head slot, token): slots [0, n_head) are query heads (from qf's query half),
@@ -226,8 +304,9 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
   if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
   launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
          head_dim, scale);
-  launch(attention_merge_kernel, static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part,
-         out, splits, head_dim, gate, gate_stride);
+  launch(splits == 32 ? attention_merge_kernel<32> : attention_merge_kernel<0>,
+         static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part, out, splits, head_dim,
+         gate, gate_stride);
 }
 
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s) {
