@@ -117,6 +117,18 @@ struct Family {
 // (Lanes16 is packed by pack_lanes below; its entry gives the block size only.)
 constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}, {128, 16, 32}};
 
+// Sizes `out` for ng groups of group_bytes per half and zeroes the halves
+// (padding lanes and blocks must read as q = 0).
+void size_packed(PackedAct& out, int64_t ng, int64_t group_bytes, bool faithful) {
+  out.n_groups = ng;
+  out.hi.resize(ng * group_bytes);
+  out.lo.resize(faithful ? ng * group_bytes : 0);
+  out.corr.resize(ng * 16);
+  out.scale.resize(ng * 16);
+  std::memset(out.hi.data(), 0, ng * group_bytes);
+  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
+}
+
 // ActLayout::Lanes16 (matvec.h): per group j of 16 blocks, chunk c and plane s,
 // byte 4b + i = q of element 16c + 4i + s of block 16j + b; corr / scale in
 // lane b; a last group of ≤ 8 blocks folded (chunk c + 4 in lanes 8 + b of chunk c).
@@ -125,13 +137,7 @@ void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, con
   constexpr int G = kLanesGroup;
   const int64_t ng = (nb + G - 1) / G;
   constexpr int group_bytes = 8 * 4 * 64;
-  out.n_groups = ng;
-  out.hi.resize(ng * group_bytes);
-  out.lo.resize(faithful ? ng * group_bytes : 0);
-  out.corr.resize(ng * 16);
-  out.scale.resize(ng * 16);
-  std::memset(out.hi.data(), 0, ng * group_bytes);
-  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
+  size_packed(out, ng, group_bytes, faithful);
   for (int64_t g = 0; g < ng; ++g)
     for (int b = 0; b < G; ++b) {
       const int64_t blk = g * G + b;
@@ -157,13 +163,7 @@ void pack(ActLayout l, bool faithful, int64_t nb, const int16_t* q, const float*
   const Family f = kFamilies[static_cast<int>(l)];
   const int64_t ng = (nb + f.G - 1) / f.G;
   const int group_bytes = f.P * 64;
-  out.n_groups = ng;
-  out.hi.resize(ng * group_bytes);
-  out.lo.resize(faithful ? ng * group_bytes : 0);
-  out.corr.resize(ng * 16);
-  out.scale.resize(ng * 16);
-  std::memset(out.hi.data(), 0, ng * group_bytes);
-  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
+  size_packed(out, ng, group_bytes, faithful);
   const int lanes32 = 16 / f.G;  // int32 lanes per block
   for (int64_t g = 0; g < ng; ++g) {
     for (int h = 0; h < f.G; ++h) {
