@@ -29,23 +29,30 @@ struct WeightSet {
   int64_t k = 0, n = 0;
   size_t matrix_bytes = 0;  // one copy (Lanes16: codes + scales, rounded up to 64)
   int copies = 0;
-  bool huge = false;   // on 2 MiB pages (as repacked / copied weights are)
-  bool lanes = false;  // PQ2_0 in the Lanes16 layout the AVX-512 decode reads (kernels/cpu/matvec.h)
+  bool huge = false;  // on 2 MiB pages (as repacked / copied weights are)
+  // PQ2_0 in the Lanes16 / Stream16 layouts the AVX-512 decode reads (kernels/cpu/matvec.h)
+  cpu::WeightLayout layout = cpu::WeightLayout::File;
   Bytes bytes;
   cpu::WeightView view(int copy) const {
     const uint8_t* p = bytes.get() + matrix_bytes * copy;
-    return lanes ? cpu::lanes_view(type, p, n, k) : cpu::WeightView{type, p, n, k};
+    if (layout == cpu::WeightLayout::Lanes16) return cpu::lanes_view(type, p, n, k);
+    if (layout == cpu::WeightLayout::Stream16) return cpu::stream_view(type, p, n, k);
+    return cpu::WeightView{type, p, n, k};
   }
 };
 
 // The buffer of the benchmark running now (regenerated when the shape changes).
-WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false, bool lanes = false) {
+WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false,
+                   cpu::WeightLayout layout = cpu::WeightLayout::File) {
   static WeightSet ws;
-  if (ws.type == type && ws.k == k && ws.n == n && ws.huge == huge && ws.lanes == lanes && ws.bytes)
+  if (ws.type == type && ws.k == k && ws.n == n && ws.huge == huge && ws.layout == layout && ws.bytes)
     return ws;
   ws.bytes.reset();
-  ws.type = type, ws.k = k, ws.n = n, ws.huge = huge, ws.lanes = lanes;
-  ws.matrix_bytes = lanes ? (cpu::lanes_total_bytes(n, k) + 63) / 64 * 64 : row_bytes(type, k) * n;
+  ws.type = type, ws.k = k, ws.n = n, ws.huge = huge, ws.layout = layout;
+  const bool lanes = layout == cpu::WeightLayout::Lanes16;
+  ws.matrix_bytes = lanes                                   ? (cpu::lanes_total_bytes(n, k) + 63) / 64 * 64
+                    : layout == cpu::WeightLayout::Stream16 ? cpu::stream_total_bytes(n, k)
+                                                            : row_bytes(type, k) * n;
   ws.copies = static_cast<int>(std::max<size_t>(2, (kColdBytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
   const size_t total = ws.matrix_bytes * ws.copies;
   ws.bytes = alloc_bytes(total, huge);
@@ -53,6 +60,20 @@ WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false, bool lan
   // Replace each block's scale by a normal fp16 value (random bytes could be
   // NaN/Inf/subnormal, which is not what real weights look like).
   const uint16_t d = f32_to_fp16(0.0123f);
+  if (layout == cpu::WeightLayout::Stream16) {
+    // Every fp16 slot of the layout (matvec.h) of every row group, per copy.
+    const int64_t rl = cpu::stream_group_rows(k), nb = k / 128, n_full = nb / 16, g = nb % 16;
+    const int64_t gs = cpu::stream_group_stride(k), rgb = cpu::stream_rowgroup_bytes(k);
+    for (int c = 0; c < ws.copies; ++c)
+      for (int64_t r0 = 0; r0 < n; r0 += rl) {
+        uint8_t* base = ws.bytes.get() + ws.matrix_bytes * c + r0 / rl * rgb;
+        for (int64_t j = 0; j < n_full; ++j)
+          for (int64_t e = 0; e < 16 * rl; ++e) std::memcpy(base + j * gs + 512 * rl + 2 * e, &d, 2);
+        for (int64_t e = 0; e < g * rl; ++e)
+          std::memcpy(base + n_full * gs + (g <= 8 ? 4 : 8) * 64 * rl + 2 * e, &d, 2);
+      }
+    return ws;
+  }
   if (lanes) {
     for (int c = 0; c < ws.copies; ++c) {
       uint8_t* sc = ws.bytes.get() + ws.matrix_bytes * c + cpu::lanes_scales_offset(n, k);
@@ -68,14 +89,14 @@ WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false, bool lan
 }
 
 void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa, bool huge = false,
-               bool lanes = false) {
+               cpu::WeightLayout layout = cpu::WeightLayout::File) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
   }
   const int64_t k = state.range(0), n = state.range(1);
   const int threads = static_cast<int>(state.range(2));
-  WeightSet& ws = weights(type, k, n, huge, lanes);
+  WeightSet& ws = weights(type, k, n, huge, layout);
   std::vector<float> x(k), y(n);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
@@ -120,9 +141,18 @@ BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_thp, DType::PQ2_0, Precision::Faithful
     ->Apply(shapes);
 // What the AVX-512 decode streams by default: every PQ2_0 / Q2_0 g128 / PTQ1_0
 // weight repacked at load into the Lanes16 layout on huge pages.
-BENCHMARK_CAPTURE(BM_matvec, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true, true)
+BENCHMARK_CAPTURE(BM_matvec, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true,
+                  cpu::WeightLayout::Lanes16)
     ->Apply(shapes);
-BENCHMARK_CAPTURE(BM_matvec, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true, true)
+BENCHMARK_CAPTURE(BM_matvec, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true,
+                  cpu::WeightLayout::Lanes16)
+    ->Apply(shapes);
+// The same chunks as one sequential stream per row group (Stream16, BONSAI_CPU_WEIGHTS=stream).
+BENCHMARK_CAPTURE(BM_matvec, pq2_stream, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true,
+                  cpu::WeightLayout::Stream16)
+    ->Apply(shapes);
+BENCHMARK_CAPTURE(BM_matvec, pq2_stream_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true,
+                  cpu::WeightLayout::Stream16)
     ->Apply(shapes);
 // The AVX2 baseline on the same machine, and single-thread figures.
 BENCHMARK_CAPTURE(BM_matvec, pq2_faithful_avx2, DType::PQ2_0, Precision::Faithful, Isa::Avx2)->Apply(shapes);
@@ -136,8 +166,8 @@ BENCHMARK_CAPTURE(BM_matvec, ptq1_faithful_1t, DType::PTQ1_0, Precision::Faithfu
 // Compute ceiling: a 5120 × 128 matrix (L2-resident) on one thread, timed in
 // CPU time so other load on the machine does not distort it. Compare with the
 // per-core share of read_bandwidth (threads:2 / 2).
-void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa, bool lanes = false,
-                   int64_t k = 5120) {
+void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa,
+                   cpu::WeightLayout layout = cpu::WeightLayout::File, int64_t k = 5120) {
   if (!isa_supported(isa)) {
     state.SkipWithError("instruction set not supported by this CPU");
     return;
@@ -153,11 +183,16 @@ void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa,
   cpu::WeightView view{type, w.data(), n, k};
   Bytes packed;
   size_t bytes = w.size();
-  if (lanes) {  // the same matrix in the Lanes16 layout (64-byte aligned)
+  if (layout == cpu::WeightLayout::Lanes16) {  // the same matrix in the Lanes16 layout (64-byte aligned)
     bytes = static_cast<size_t>(cpu::lanes_total_bytes(n, k));
     packed = alloc_bytes(bytes);
     cpu::pack_lanes_rows(view, packed.get(), 0, n);
     view = cpu::lanes_view(type, packed.get(), n, k);
+  } else if (layout == cpu::WeightLayout::Stream16) {
+    bytes = static_cast<size_t>(cpu::stream_total_bytes(n, k));
+    packed = alloc_bytes(bytes);
+    cpu::pack_stream_rows(view, packed.get(), 0, n);
+    view = cpu::stream_view(type, packed.get(), n, k);
   }
   cpu::PreparedAct act;
   cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(view));
@@ -169,13 +204,21 @@ void BM_matvec_hot(benchmark::State& state, DType type, Precision prec, Isa isa,
 }
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful, DType::PQ2_0, Precision::Faithful, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, pq2_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512);
-BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true);
-BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512, true);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes, DType::PQ2_0, Precision::Faithful, Isa::Avx512,
+                  cpu::WeightLayout::Lanes16);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512,
+                  cpu::WeightLayout::Lanes16);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_stream, DType::PQ2_0, Precision::Faithful, Isa::Avx512,
+                  cpu::WeightLayout::Stream16);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_stream_int8, DType::PQ2_0, Precision::Int8, Isa::Avx512,
+                  cpu::WeightLayout::Stream16);
 // Long rows (K = 17408, ffn_down: 8 rows side by side, 36 KB activation from L2).
-BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512, false,
-                  17408);
-BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512, true,
-                  17408);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_faithful_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512,
+                  cpu::WeightLayout::File, 17408);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_lanes_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512,
+                  cpu::WeightLayout::Lanes16, 17408);
+BENCHMARK_CAPTURE(BM_matvec_hot, pq2_stream_k17408, DType::PQ2_0, Precision::Faithful, Isa::Avx512,
+                  cpu::WeightLayout::Stream16, 17408);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_faithful, DType::PTQ1_0, Precision::Faithful, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, ptq1_int8, DType::PTQ1_0, Precision::Int8, Isa::Avx512);
 BENCHMARK_CAPTURE(BM_matvec_hot, q2g64_faithful, DType::Q2_0_G64, Precision::Faithful, Isa::Avx512);

@@ -14,6 +14,8 @@ measured GB/s for each shape.
 
 Modes: pq2_lanes is what the AVX-512 decode streams by default (PQ2_0, Q2_0
 g128 and transcoded PTQ1_0 re-laid into block lanes on huge pages at load);
+pq2_stream the same chunks as one sequential stream per row group
+(BONSAI_CPU_WEIGHTS=stream, kernels/cpu/matvec.h "block-stream");
 pq2_faithful is the file layout on 4 KiB pages (BONSAI_CPU_WEIGHTS=map of a
 file in small page-cache folios); pq2_faithful_thp the file layout on huge
 pages (BONSAI_CPU_WEIGHTS=copy, or map of a huge-mapped file).
@@ -102,7 +104,7 @@ def main(path):
     # on AVX-512, re-laid into block lanes: their token time is pq2_lanes's
     # (pq2_faithful_thp's with BONSAI_CPU_WEIGHTS=map/copy), but the bound is
     # PTQ1_0's bytes.
-    for mode in ("pq2_lanes", "pq2_faithful_thp"):
+    for mode in ("pq2_lanes", "pq2_stream", "pq2_faithful_thp"):
         if mode in rows and all((k, n, 2) in rows[mode] for k, n, _ in INVENTORY):
             t = sum(k * n * BYTES_PER_WEIGHT["pq2"] * c / rows[mode][(k, n, 2)] for k, n, c in INVENTORY)
             ptq1_bytes = sum(k * n * BYTES_PER_WEIGHT["ptq1"] * c for k, n, c in INVENTORY)

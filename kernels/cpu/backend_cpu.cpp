@@ -55,6 +55,7 @@ cpu::WeightView CpuBackend::view(const Weight& w) {
   if (w.prepared) {
     auto* r = static_cast<cpu::Repack*>(w.prepared);
     if (r->layout == cpu::WeightLayout::Lanes16) return cpu::lanes_view(r->type, r->bytes.data(), w.n, w.k);
+    if (r->layout == cpu::WeightLayout::Stream16) return cpu::stream_view(r->type, r->bytes.data(), w.n, w.k);
     return {r->type, r->bytes.data(), w.n, w.k};
   }
   return cpu::view_of(w);

@@ -69,7 +69,14 @@ detail::GemmArgs bind(const WeightView& w, const PreparedBatch& a, float* y, Isa
     fail("gemm: {} weights need {}-element activation blocks, the batch has {}", dtype_name(w.type),
          gemm_block(w.type), a.block);
   if (w.n < 0 || (w.n > 0 && !w.data)) fail("gemm: {} weight has no data", dtype_name(w.type));
-  const bool lanes = w.layout == WeightLayout::Lanes16;
+  const bool lanes = w.layout == WeightLayout::Lanes16, stream = w.layout == WeightLayout::Stream16;
+  if (stream) {
+    if (w.type != DType::PQ2_0 && w.type != DType::Q2_0_G128)
+      fail("gemm: the block-stream layout holds PQ2_0 / Q2_0 g128 weights, not {}", dtype_name(w.type));
+    if (isa != Isa::Avx512)
+      fail("gemm: block-stream {} weights need the AVX-512 kernels (asked for {})", dtype_name(w.type),
+           isa_name(isa));
+  }
   if (lanes) {
     if (w.type != DType::PQ2_0 && w.type != DType::Q2_0_G128)
       fail("gemm: the block-lanes layout holds PQ2_0 / Q2_0 g128 weights, not {}", dtype_name(w.type));
@@ -93,6 +100,9 @@ detail::GemmArgs bind(const WeightView& w, const PreparedBatch& a, float* y, Isa
   g.end = w.data + g.row_bytes * w.n;
   g.lanes = lanes;
   g.scales = lanes ? w.scales : nullptr;
+  g.stream_rl = stream ? stream_group_rows(w.k) : 0;
+  g.stream_rgb = stream ? stream_rowgroup_bytes(w.k) : 0;
+  if (stream) g.end = w.data + stream_total_bytes(w.n, w.k);
   g.q = a.q.data();
   g.corr = a.corr.data();
   g.scale = a.scale.data();

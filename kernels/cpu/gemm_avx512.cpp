@@ -200,6 +200,62 @@ void run_tiles(const uint8_t* codes, int steps, const float* d, const int8_t* q,
   }
 }
 
+// decode_lanes for Stream16 weights (kernels/cpu/matvec.h): the same 16-byte
+// loads and transposes, but row rm + r's chunk u of group j sits at
+// row_base(r) + off(u) with row_base(r) = base + (r / RL)·rgb + (r % RL)·64
+// (base: the row group of row rm, rm a multiple of 16 and so of RL) and
+// off(u) = j·544·RL + u·64·RL (a full group), or in the tail part
+// (g ≤ 8: folded, chunk u in step u % 4 at byte 32·(u / 4)); its scales
+// follow the group's chunks, 32 bytes (tail: 2g) per row.
+void decode_stream(const uint8_t* base, int rl, int64_t rgb, int64_t n_blocks, int64_t b0, int nb,
+                   __mmask16 valid, int m, uint8_t* codes, float* d) {
+  const int64_t j = b0 / 16, pos = b0 % 16, n_full = n_blocks / 16;
+  const int64_t g = n_blocks - j * 16 < 16 ? n_blocks - j * 16 : 16;  // blocks in this group
+  const bool full = j < n_full, fold = !full && g <= 8;
+  const int64_t gp = j * 544 * rl;  // the group's offset in a row group (tail: n_full · 544 · RL)
+  const int64_t steps = fold ? 4 : 8;
+  const __mmask8 blk_mask = static_cast<__mmask8>((1u << nb) - 1);
+  const __m512i m3 = _mm512_set1_epi32(0x03030303);
+  const __m512i zero = _mm512_setzero_si512();
+  int64_t rowoff[16];
+  for (int r = 0; r < 16; ++r) rowoff[r] = r / rl * rgb + r % rl * 64;
+  // Scales: as decode_lanes, the dword ending at each fp16 d (the 2 bytes
+  // before it are the group's last code bytes or the previous row's scale).
+  alignas(64) int32_t sidx_a[16];
+  for (int r = 0; r < 16; ++r)
+    sidx_a[r] = static_cast<int32_t>(r / rl * rgb + gp + steps * 64 * rl + r % rl * (full ? 32 : 2 * g));
+  const __m512i sidx = _mm512_load_si512(sidx_a);
+  for (int lb = 0; lb < nb; ++lb) {
+    const __m512i dd = _mm512_mask_i32gather_epi32(zero, valid, sidx, base + (pos + lb) * 2 - 2, 1);
+    _mm512_store_ps(d + lb * kGemmPanelRows + 16 * m,
+                    _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+  }
+  __mmask8 rmask[16];
+  for (int i = 0; i < 16; ++i) rmask[i] = (valid >> i) & 1 ? blk_mask : __mmask8(0);
+  for (int u = 0; u < 8; ++u) {
+    const int64_t off = gp + (fold ? (u % 4) * 64 * rl + (u / 4) * 32 : u * 64 * rl) + 4 * pos;
+    const uint8_t* b = base + off;
+    __m512i A[4];
+    for (int q = 0; q < 4; ++q) {
+      __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi32(rmask[q], b + rowoff[q]));
+      v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[4 + q], b + rowoff[4 + q]), 1);
+      v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[8 + q], b + rowoff[8 + q]), 2);
+      A[q] = _mm512_inserti32x4(v, _mm_maskz_loadu_epi32(rmask[12 + q], b + rowoff[12 + q]), 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(A[0], A[1]), t1 = _mm512_unpackhi_epi32(A[0], A[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(A[2], A[3]), t3 = _mm512_unpackhi_epi32(A[2], A[3]);
+    const __m512i B[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    for (int lb = 0; lb < nb; ++lb) {
+      uint8_t* out = codes + (static_cast<int64_t>(lb) * 32 + 4 * u) * 256 + 64 * m;
+      _mm512_store_si512(out, _mm512_and_si512(B[lb], m3));
+      _mm512_store_si512(out + 256, _mm512_and_si512(_mm512_srli_epi32(B[lb], 2), m3));
+      _mm512_store_si512(out + 512, _mm512_and_si512(_mm512_srli_epi32(B[lb], 4), m3));
+      _mm512_store_si512(out + 768, _mm512_and_si512(_mm512_srli_epi32(B[lb], 6), m3));
+    }
+  }
+}
+
 }  // namespace
 
 void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
@@ -224,11 +280,15 @@ void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
   uint8_t* tbuf = scratch + 32768 + slab * kGemmPanelRows * 4;  // PTQ1_0 → PQ2_0 rows [64][slab·34]
   for (int64_t b0 = 0; b0 < a.n_blocks; b0 += slab) {
     const int nb = static_cast<int>(a.n_blocks - b0 < slab ? a.n_blocks - b0 : slab);
-    if (a.lanes) {
+    if (a.lanes || a.stream_rl) {
       for (int m = 0; m < 4; ++m) {
         const int64_t rm = mask[m] ? r0 + 16 * m : r0;
-        decode_lanes(a.w + rm * a.row_bytes, a.row_bytes, a.scales + rm * a.n_blocks * 2, a.n_blocks, b0, nb,
-                     mask[m], m, codes, d);
+        if (a.stream_rl)
+          decode_stream(a.w + rm / a.stream_rl * a.stream_rgb, a.stream_rl, a.stream_rgb, a.n_blocks, b0, nb,
+                        mask[m], m, codes, d);
+        else
+          decode_lanes(a.w + rm * a.row_bytes, a.row_bytes, a.scales + rm * a.n_blocks * 2, a.n_blocks, b0,
+                       nb, mask[m], m, codes, d);
       }
       // Prefetch the next group (or the next panel's first) during this
       // group's slabs, a share of the 64 rows per slab and block.
@@ -239,7 +299,10 @@ void gemm_panel_avx512(const GemmArgs& a, int64_t r0, uint8_t* scratch) {
       for (int lb = 0; lb < nb; ++lb) {
         const int64_t i0 = (q * nb + lb) * kGemmPanelRows / (n_slabs * nb);
         const int64_t i1 = (q * nb + lb + 1) * kGemmPanelRows / (n_slabs * nb);
-        gemm_prefetch_lanes(a, last ? r0 + kGemmPanelRows : r0, last ? 0 : j + 1, i0, i1);
+        if (a.stream_rl)
+          gemm_prefetch_stream(a, last ? r0 + kGemmPanelRows : r0, last ? 0 : j + 1, i0, i1);
+        else
+          gemm_prefetch_lanes(a, last ? r0 + kGemmPanelRows : r0, last ? 0 : j + 1, i0, i1);
         const int64_t b = b0 + lb;
         const int8_t* qb = a.q + b * a.t * tok_stride;
         const uint8_t* cb = codes + static_cast<int64_t>(lb) * steps * 256;

@@ -33,6 +33,10 @@ struct GemmArgs {
   // code rows, scales the fp16 d [n_rows][n_blocks].
   bool lanes;
   const uint8_t* scales;
+  // Stream16 weights (matvec.h; AVX-512 only): w the buffer, stream_rl rows
+  // per row group (0: not Stream16), stream_rgb bytes per row group.
+  int stream_rl;
+  int64_t stream_rgb;
   // The prepared batch (see gemm.h).
   const int8_t* q;
   const int32_t* corr;
@@ -75,6 +79,21 @@ static inline void gemm_prefetch_lanes(const GemmArgs& a, int64_t r0, int64_t j,
     const uint8_t* s = a.scales + (i * a.n_blocks + j * kGroup) * 2;
     __builtin_prefetch(s, 0, 2);
     __builtin_prefetch(s + 2 * g - 1, 0, 2);
+  }
+}
+
+// Stream16: the same for group j of rows [r0 + i0, r0 + i1) (matvec.h: row i's
+// chunks 64·RL bytes apart inside its row group, its scales after them).
+static inline void gemm_prefetch_stream(const GemmArgs& a, int64_t r0, int64_t j, int64_t i0, int64_t i1) {
+  constexpr int64_t kGroup = 16;
+  if (j * kGroup >= a.n_blocks) return;
+  const int64_t rl = a.stream_rl, n_full = a.n_blocks / kGroup, g = a.n_blocks - j * kGroup;
+  const bool full = j < n_full;
+  const int64_t steps = full ? 8 : g <= 8 ? 4 : 8;
+  for (int64_t i = r0 + i0; i < r0 + i1 && i < a.n_rows; ++i) {
+    const uint8_t* p = a.w + i / rl * a.stream_rgb + j * 544 * rl + i % rl * 64;
+    for (int64_t u = 0; u < steps; ++u) __builtin_prefetch(p + u * 64 * rl, 0, 2);
+    __builtin_prefetch(p + steps * 64 * rl - i % rl * 64 + i % rl * (full ? 32 : 2 * g), 0, 2);
   }
 }
 

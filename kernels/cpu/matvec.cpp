@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <vector>
 
 #include "bonsai/error.h"
 #include "kernels/cpu/matvec_kernels.h"
@@ -81,6 +82,23 @@ Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
     fail("matvec: {} weight has {} inputs but the activation has {}", dtype_name(w.type), w.k, a.k);
   if (w.n < 0 || (w.n > 0 && !w.data)) fail("matvec: {} weight has no data", dtype_name(w.type));
   Bound b;
+  if (w.layout == WeightLayout::Stream16) {
+    check_lanes(w, "matvec");
+    if (isa != Isa::Avx512)
+      fail("matvec: block-stream {} weights need the AVX-512 kernels (asked for {})", dtype_name(w.type),
+           isa_name(isa));
+    if (!(a.layouts & layout_bit(ActLayout::Lanes16)))
+      fail("matvec: the activation was not prepared for block-stream weights (prepare_act layouts {:#x})",
+           a.layouts);
+    b.tk = detail::pq2_stream_rows_avx512;
+    b.targs.w = w.data;
+    b.targs.row_bytes = stream_group_rows(w.k);  // Stream16: rows per row group
+    b.targs.n_blocks = w.k / 128;
+    b.targs.end = w.data + stream_total_bytes(w.n, w.k);
+    b.targs.a = packed_view(a, ActLayout::Lanes16);
+    b.targs.scales = nullptr;
+    return b;
+  }
   if (w.layout == WeightLayout::Lanes16) {
     check_lanes(w, "matvec");
     if (w.n > 0 && !w.scales) fail("matvec: block-lanes {} weight has no scales", dtype_name(w.type));
@@ -172,13 +190,14 @@ struct ChunkPlan {
 
 int64_t weight_row_bytes(const WeightView& w) {
   if (w.layout == WeightLayout::Lanes16) return lanes_code_row_bytes(w.k) + w.k / 128 * 2;
+  if (w.layout == WeightLayout::Stream16) return stream_rowgroup_bytes(w.k) / stream_group_rows(w.k);
   return static_cast<int64_t>(row_bytes(w.type, w.k));
 }
 
 }  // namespace
 
 uint32_t layouts_for(const WeightView& w) {
-  return w.layout == WeightLayout::Lanes16 ? layout_bit(ActLayout::Lanes16) : layouts_for(w.type);
+  return w.layout != WeightLayout::File ? layout_bit(ActLayout::Lanes16) : layouts_for(w.type);
 }
 
 void pack_lanes_row(const uint8_t* src, int64_t k, uint8_t* codes, uint8_t* scales) {
@@ -204,6 +223,39 @@ void pack_lanes_rows(const WeightView& src, uint8_t* dst, int64_t r0, int64_t r1
   for (int64_t r = r0; r < r1; ++r)
     pack_lanes_row(src.data + r * src_rb, src.k, dst + r * lanes_code_row_bytes(src.k),
                    scales + r * (src.k / 128) * 2);
+}
+
+void pack_stream_rows(const WeightView& src, uint8_t* dst, int64_t r0, int64_t r1) {
+  if (src.layout != WeightLayout::File) fail("pack_stream_rows: the source must be in its file layout");
+  check_lanes(src, "pack_stream_rows");
+  const int64_t k = src.k, rl = stream_group_rows(k);
+  if (r0 < 0 || r1 > src.n || r0 > r1 || r0 % rl || (r1 % rl && r1 != src.n))
+    fail("pack_stream_rows: row range [{}, {}) outside 0..{} or not in whole row groups of {}", r0, r1, src.n,
+         rl);
+  const int64_t src_rb = static_cast<int64_t>(row_bytes(src.type, k));
+  const int64_t nb = k / 128, n_full = nb / kLanesGroup, g = nb % kLanesGroup;
+  const int64_t gs = stream_group_stride(k), rgb = stream_rowgroup_bytes(k), steps = g <= 8 ? 4 : 8;
+  const int64_t g0 = r0 / rl, g1 = (r1 + rl - 1) / rl;
+  std::memset(dst + g0 * rgb, 0, static_cast<size_t>((g1 - g0) * rgb));  // padding lanes, rows and bytes
+  std::vector<uint8_t> codes(static_cast<size_t>(lanes_code_row_bytes(k))), sc(static_cast<size_t>(nb * 2));
+  for (int64_t r = r0; r < r1; ++r) {
+    pack_lanes_row(src.data + r * src_rb, k, codes.data(), sc.data());
+    uint8_t* base = dst + r / rl * rgb;
+    const int64_t i = r % rl;
+    for (int64_t j = 0; j < n_full; ++j) {
+      for (int64_t c = 0; c < 8; ++c)
+        std::memcpy(base + j * gs + c * 64 * rl + i * 64, codes.data() + j * 512 + c * 64, 64);
+      std::memcpy(base + j * gs + 512 * rl + i * 32, sc.data() + j * 32, 32);
+    }
+    if (g == 0) continue;
+    uint8_t* t = base + n_full * gs;
+    for (int64_t c = 0; c < 8; ++c) {  // Lanes16 tail chunk c: 4g bytes at n_full·512 + c·4g
+      const int64_t step = g <= 8 ? c % 4 : c, half = g <= 8 ? c / 4 * 32 : 0;
+      std::memcpy(t + step * 64 * rl + i * 64 + half, codes.data() + n_full * 512 + c * 4 * g,
+                  static_cast<size_t>(4 * g));
+    }
+    std::memcpy(t + steps * 64 * rl + i * 2 * g, sc.data() + n_full * 32, static_cast<size_t>(2 * g));
+  }
 }
 
 void matvec_rows(const WeightView& w, const PreparedAct& a, float* y, int64_t r0, int64_t r1, Isa isa) {

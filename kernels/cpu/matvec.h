@@ -54,6 +54,23 @@
 // A last group of g ≤ 8 blocks is "folded" (the kernel runs it in 4 chunk
 // steps, chunks c and c + 4 in one register): its chunk c < 4 holds chunk c
 // in lanes b < g and chunk c + 4 in lanes 8 + b; chunks 4..7 are zero.
+//
+// ---- The block-stream weight layout (WeightLayout::Stream16) -----------------
+// The same 64-byte code chunks and fp16 scales as Lanes16, re-ordered so that
+// a row group of RL = stream_group_rows(k) rows (4, or 8 for long rows: the
+// rows the AVX-512 kernel walks side by side) is ONE sequential stream in the
+// order the kernel consumes it; a thread's row range (a multiple of 8 rows)
+// is then one linear read, as in the read-bandwidth loop, instead of RL code
+// streams plus a scale stream. Per row group (the last one zero-padded to RL
+// rows), for each full group j of 16 blocks (stream_group_stride(k) bytes):
+//   codes  [8 chunks c][RL rows i][64 B]   = Lanes16 chunk c of row i, group j
+//   scales [RL rows i][16 fp16]            = d of blocks 16j..16j+15 of row i
+// then, for a tail group of g = (k/128) % 16 > 0 blocks, S = 4 (g ≤ 8) or 8
+// steps of [RL rows][64 B]: g ≤ 8 "folded" (bytes 4b.. of step c = chunk c of
+// block 16j + b, bytes 32 + 4b.. = its chunk c + 4, as the kernel's register
+// holds them), g > 8 chunk c in bytes [0, 4g); zeros elsewhere; then
+// [RL rows][g fp16], padded to 64 B. For the 27B's shapes this is exactly
+// the file's bytes (k/128 = 40, 48, 136 blocks: tails of 8 or none).
 #pragma once
 
 #include <cstdint>
@@ -138,8 +155,9 @@ void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& ou
                  uint32_t layouts = kAllActLayouts);
 
 enum class WeightLayout : uint8_t {
-  File = 0,     // as stored in the GGUF
-  Lanes16 = 1,  // block lanes (see "The block-lanes weight layout" above); PQ2_0 / Q2_0 g128 only
+  File = 0,      // as stored in the GGUF
+  Lanes16 = 1,   // block lanes (see "The block-lanes weight layout" above); PQ2_0 / Q2_0 g128 only
+  Stream16 = 2,  // Lanes16 chunks, one sequential stream per row group (above); PQ2_0 / Q2_0 g128 only
 };
 
 // A weight matrix: n rows of k inputs. File layout: row r at
@@ -152,7 +170,7 @@ struct WeightView {
   int64_t n = 0;  // rows (outputs)
   int64_t k = 0;  // inputs
   WeightLayout layout = WeightLayout::File;
-  const uint8_t* scales = nullptr;  // Lanes16 only: [n][k/128] fp16
+  const uint8_t* scales = nullptr;  // Lanes16 only: [n][k/128] fp16 (Stream16: interleaved, nullptr)
 };
 inline WeightView view_of(const Weight& w) { return {w.type, w.data, w.n, w.k}; }
 uint32_t layouts_for(const WeightView& w);
@@ -175,6 +193,30 @@ void pack_lanes_row(const uint8_t* src, int64_t k, uint8_t* codes, uint8_t* scal
 // The Lanes16 view of such a buffer.
 inline WeightView lanes_view(DType type, const uint8_t* buf, int64_t n, int64_t k) {
   return {type, buf, n, k, WeightLayout::Lanes16, buf + lanes_scales_offset(n, k)};
+}
+
+// Stream16 geometry (layout above): rows per row group, bytes of one full
+// group of 16 blocks for a row group, bytes of the tail part, of a row group,
+// of the whole weight.
+inline int stream_group_rows(int64_t k) { return lanes_code_row_bytes(k) * 4 > 8192 ? 8 : 4; }
+inline int64_t stream_group_stride(int64_t k) { return 544 * stream_group_rows(k); }
+inline int64_t stream_tail_bytes(int64_t k) {
+  const int64_t g = k / 128 % 16, rl = stream_group_rows(k);
+  return g == 0 ? 0 : ((g <= 8 ? 4 : 8) * 64 * rl + 2 * g * rl + 63) / 64 * 64;
+}
+inline int64_t stream_rowgroup_bytes(int64_t k) {
+  return k / 2048 * stream_group_stride(k) + stream_tail_bytes(k);
+}
+inline int64_t stream_total_bytes(int64_t n, int64_t k) {
+  const int rl = stream_group_rows(k);
+  return (n + rl - 1) / rl * stream_rowgroup_bytes(k);
+}
+// Re-lays rows [r0, r1) (r0 and r1 multiples of stream_group_rows(src.k), or
+// r1 == src.n) of a file-layout PQ2_0 / Q2_0 g128 weight into the Stream16
+// buffer dst of stream_total_bytes(src.n, src.k) bytes (padding rows zeroed).
+void pack_stream_rows(const WeightView& src, uint8_t* dst, int64_t r0, int64_t r1);
+inline WeightView stream_view(DType type, const uint8_t* buf, int64_t n, int64_t k) {
+  return {type, buf, n, k, WeightLayout::Stream16, nullptr};
 }
 
 // y[r] for r in [r0, r1) on the calling thread.

@@ -27,6 +27,7 @@ struct PackedView {
 // Ternary weights: rows of `n_blocks` blocks, `row_bytes` apart, the whole
 // tensor ending at `end` (kernels must not read at or past it). Lanes16
 // weights: w / row_bytes are the code rows, `scales` the fp16 d [n][n_blocks].
+// Stream16 weights: w the buffer, row_bytes the rows per row group (4 or 8).
 struct TernaryArgs {
   const uint8_t* w;
   int64_t row_bytes;
@@ -53,6 +54,8 @@ void pq2_rows_avx2(const TernaryArgs&, float*, int64_t, int64_t);
 void pq2_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
 // PQ2_0 / Q2_0 g128 in the Lanes16 layout (matvec.h), ActLayout::Lanes16 activation.
 void pq2_lanes_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
+// The same in the Stream16 layout (matvec.h).
+void pq2_stream_rows_avx512(const TernaryArgs&, float*, int64_t, int64_t);
 // Q2_0 g64.
 void q2g64_rows_scalar(const TernaryArgs&, float*, int64_t, int64_t);
 void q2g64_rows_avx2(const TernaryArgs&, float*, int64_t, int64_t);

@@ -29,6 +29,11 @@
 // the spills (no faster, R = 4 and 8).
 #include <immintrin.h>
 
+// GCC 12 reports its own _mm512_undefined_* operands inside the intrinsics
+// headers as uninitialized once the Stream16 kernels are inlined (as in
+// gemm_avx512.cpp): a known false positive of the headers, not of this code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include "kernels/cpu/matvec_kernels.h"
 
 namespace bonsai::cpu::detail {
@@ -257,7 +262,116 @@ void rows_r(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   rows_impl<1, kFaithful>(args, y, full, r1);
 }
 
+// ---- Stream16 (matvec.h): a row group's chunks and scales in one stream ----
+// Rows i0 .. i0 + R of the row group at `base` (RL rows, Stream16 layout):
+// the same per-chunk and per-group arithmetic as rows_impl, the code chunk
+// of row i, group j, chunk c at base + j·544·RL + c·64·RL + i·64 and the
+// group's scales right after its 8 chunks. With R = RL every load advances
+// through the row group linearly; the software prefetch runs a fixed
+// distance ahead of each load: 8 KiB, into L1 for 4-row groups and into L2
+// for 8-row groups (K = 17408, whose 36 KB activation already fills L1).
+// Tuned in quiet runs at 15:26 / 15:28 (docs/performance.md): without any
+// software prefetch the 4-row groups streamed as fast (the hardware
+// prefetchers follow one stream), the 8-row groups fell to ~22 GB/s; L1
+// prefetch for 8-row groups 28 GB/s, L2 32-45; 2, 4, 8 and 16 KiB within noise.
+constexpr int64_t kStreamPrefetch = 8192;
+template <int RL>
+inline void stream_prefetch(const uint8_t* p) {
+  if constexpr (RL >= 8)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kStreamPrefetch), _MM_HINT_T1);
+  else
+    _mm_prefetch(reinterpret_cast<const char*>(p + kStreamPrefetch), _MM_HINT_T0);
+}
+
+template <int RL, int R, bool kFaithful>
+void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y) {
+  const int64_t nb = args.n_blocks;
+  const int64_t n_full = nb / kLanesGroupBlocks;
+  const int tail = static_cast<int>(nb % kLanesGroupBlocks);
+  const __mmask16 tail_mask = static_cast<__mmask16>((1u << tail) - 1);
+  constexpr int64_t kGroup = 544 * RL, kStep = 64 * RL;
+  const PackedView& a = args.a;
+  __m512i h[4], l[4];
+  alignas(64) float facc[R][16];
+  for (int i = 0; i < R; ++i) _mm512_store_ps(facc[i], _mm512_setzero_ps());
+  for (int64_t j = 0; j < n_full; ++j) {
+    const uint8_t* gp = base + j * kGroup + i0 * 64;
+    __m512i ah[R], al[R];
+    for (int i = 0; i < R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
+    for (int c = 0; c < kChunks; ++c) {
+      load_planes<kFaithful>(a, j * kChunks + c, h, l);
+      const uint8_t* sp = gp + c * kStep;
+      for (int i = 0; i < R; ++i) {
+        stream_prefetch<RL>(sp + i * 64);
+        chunk_dot<kFaithful>(_mm512_loadu_si512(sp + i * 64), h, l, ah[i], al[i]);
+      }
+    }
+    const uint8_t* sc = base + j * kGroup + kChunks * kStep + i0 * 32;
+    for (int m = 0; m < R * 32; m += 64) stream_prefetch<RL>(sc + m);
+    const __m512i corr = _mm512_load_si512(a.corr + j * 16);
+    const __m512 sv = _mm512_load_ps(a.scale + j * 16);
+    for (int i = 0; i < R; ++i) {
+      const __m256i d16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + i * 32));
+      _mm512_store_ps(facc[i], group_fma<kFaithful>(ah[i], al[i], corr, d16, sv, _mm512_load_ps(facc[i])));
+    }
+  }
+  if (tail) {
+    const bool fold = tail <= 8;
+    const int steps = fold ? kChunks / 2 : kChunks;
+    const uint8_t* tp = base + n_full * kGroup;
+    __m512i ah[R], al[R];
+    for (int i = 0; i < R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
+    for (int c = 0; c < steps; ++c) {
+      load_planes<kFaithful>(a, n_full * kChunks + c, h, l);
+      const uint8_t* sp = tp + c * kStep + i0 * 64;
+      for (int i = 0; i < R; ++i) {
+        stream_prefetch<RL>(sp + i * 64);
+        chunk_dot<kFaithful>(_mm512_loadu_si512(sp + i * 64), h, l, ah[i], al[i]);
+      }
+    }
+    const uint8_t* sc = tp + steps * kStep + i0 * 2 * tail;
+    for (int m = 0; m < R * 2 * tail; m += 64) stream_prefetch<RL>(sc + m);
+    const __m512i corr = _mm512_load_si512(a.corr + n_full * 16);
+    const __m512 sv = _mm512_load_ps(a.scale + n_full * 16);
+    for (int i = 0; i < R; ++i) {
+      const __m256i d16 = _mm256_maskz_loadu_epi16(tail_mask, sc + i * 2 * tail);
+      const __m512 f = _mm512_load_ps(facc[i]);
+      _mm512_store_ps(facc[i], fold ? group_fma<kFaithful, true>(ah[i], al[i], corr, d16, sv, f)
+                                    : group_fma<kFaithful>(ah[i], al[i], corr, d16, sv, f));
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(_mm512_load_ps(facc[i]));
+}
+
+// Rows [r0, r1): whole row groups with all RL rows side by side, rows of a
+// partly covered row group (a range boundary inside it) one at a time.
+template <int RL, bool kFaithful>
+void stream_range(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
+  const int64_t nb = args.n_blocks, tail = nb % kLanesGroupBlocks;
+  const int64_t tail_bytes = tail == 0 ? 0 : ((tail <= 8 ? 4 : 8) * 64 * RL + 2 * tail * RL + 63) / 64 * 64;
+  const int64_t rgb = nb / kLanesGroupBlocks * 544 * RL + tail_bytes;  // stream_rowgroup_bytes
+  for (int64_t r = r0; r < r1;) {
+    const uint8_t* base = args.w + r / RL * rgb;
+    const int i0 = static_cast<int>(r % RL);
+    if (i0 == 0 && r + RL <= r1) {
+      stream_rows<RL, RL, kFaithful>(args, base, 0, y + r);
+      r += RL;
+    } else {
+      stream_rows<RL, 1, kFaithful>(args, base, i0, y + r);
+      r += 1;
+    }
+  }
+}
+
 }  // namespace
+
+void pq2_stream_rows_avx512(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
+  const bool faithful = args.a.lo != nullptr;
+  if (args.row_bytes == 8)
+    faithful ? stream_range<8, true>(args, y, r0, r1) : stream_range<8, false>(args, y, r0, r1);
+  else
+    faithful ? stream_range<4, true>(args, y, r0, r1) : stream_range<4, false>(args, y, r0, r1);
+}
 
 void pq2_lanes_rows_avx512(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   if (args.a.lo) {

@@ -59,10 +59,14 @@ RepackPolicy repack_policy_from_env() {
       p.weights = WeightsMode::Lanes;
     else if (v == "map")
       p.weights = WeightsMode::Map;
+    else if (v == "stream")
+      p.weights = WeightsMode::Stream;
+    else if (v == "map")
+      p.weights = WeightsMode::Map;
     else if (v == "copy")
       p.weights = WeightsMode::Copy;
     else
-      usage_fail("BONSAI_CPU_WEIGHTS must be 'lanes', 'map' or 'copy' (got '{}')", v);
+      usage_fail("BONSAI_CPU_WEIGHTS must be 'stream', 'lanes', 'map' or 'copy' (got '{}')", v);
   }
   return p;
 }
@@ -70,21 +74,31 @@ RepackPolicy repack_policy_from_env() {
 namespace {
 // Lanes16 repack of a PQ2_0 / Q2_0 g128 weight, or of a PTQ1_0 one through
 // the bit-exact transcode (a few rows at a time into a per-task buffer).
-std::unique_ptr<Repack> make_lanes(const Weight& w, ThreadPool& pool) {
+std::unique_ptr<Repack> make_lanes(const Weight& w, ThreadPool& pool, bool stream) {
   const bool ptq1 = w.type == DType::PTQ1_0;
   const DType type = ptq1 ? DType::PQ2_0 : w.type;
-  auto rp =
-      std::make_unique<Repack>(type, static_cast<size_t>(lanes_total_bytes(w.n, w.k)), WeightLayout::Lanes16);
+  const WeightLayout layout = stream ? WeightLayout::Stream16 : WeightLayout::Lanes16;
+  const int64_t total = stream ? stream_total_bytes(w.n, w.k) : lanes_total_bytes(w.n, w.k);
+  auto rp = std::make_unique<Repack>(type, static_cast<size_t>(total), layout);
   uint8_t* dst = rp->bytes.data();
   const WeightView src = view_of(w);
   const int64_t nb = w.k / 128, code_rb = lanes_code_row_bytes(w.k);
   const int64_t pq2_rb = static_cast<int64_t>(row_bytes(DType::PQ2_0, static_cast<uint64_t>(w.k)));
-  constexpr int64_t kTaskBytes = int64_t{2} << 20;  // ~one huge page of output per task
-  const int64_t rows = std::max<int64_t>(1, kTaskBytes / code_rb);
+  constexpr int64_t kTaskBytes = int64_t{2} << 20;         // ~one huge page of output per task
+  const int64_t rl = stream ? stream_group_rows(w.k) : 1;  // tasks hold whole Stream16 row groups
+  const int64_t rows = std::max<int64_t>(1, kTaskBytes / code_rb / rl) * rl;
   uint8_t* scales = dst + lanes_scales_offset(w.n, w.k);
   pool.parallel_for((w.n + rows - 1) / rows, [&](int64_t t, int) {
     const int64_t r0 = t * rows, r1 = std::min(w.n, r0 + rows);
-    if (!ptq1) return pack_lanes_rows(src, dst, r0, r1);
+    if (!ptq1) return stream ? pack_stream_rows(src, dst, r0, r1) : pack_lanes_rows(src, dst, r0, r1);
+    if (stream) {  // transcode the task's rows, then re-lay them
+      std::vector<uint8_t> rows_pq2(static_cast<size_t>(pq2_rb * (r1 - r0)));
+      transcode_ptq1_rows(src, rows_pq2.data(), r0, r1, Isa::Avx2);
+      // pack_stream_rows addresses rows by their index: view the buffer as
+      // starting r0 rows earlier (only rows [r0, r1) are read).
+      const WeightView part{DType::PQ2_0, rows_pq2.data() - r0 * pq2_rb, w.n, w.k};
+      return pack_stream_rows(part, dst, r0, r1);
+    }
     std::vector<uint8_t> tmp(static_cast<size_t>(pq2_rb));
     for (int64_t r = r0; r < r1; ++r) {
       transcode_ptq1_rows(src, tmp.data(), r, r + 1, Isa::Avx2);
@@ -100,8 +114,9 @@ std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy,
   const auto k = static_cast<uint64_t>(w.k);
   const bool lanes_type = w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 ||
                           (w.type == DType::PTQ1_0 && policy.ptq1_transcode);
-  if (policy.weights == WeightsMode::Lanes && isa == Isa::Avx512 && lanes_type && w.k % 128 == 0)
-    return make_lanes(w, pool);
+  const bool relaid = policy.weights == WeightsMode::Lanes || policy.weights == WeightsMode::Stream;
+  if (relaid && isa == Isa::Avx512 && lanes_type && w.k % 128 == 0)
+    return make_lanes(w, pool, policy.weights == WeightsMode::Stream);
   if (w.type == DType::PTQ1_0 && policy.ptq1_transcode && w.k % 128 == 0) {
     auto r = std::make_unique<Repack>(DType::PQ2_0, row_bytes(DType::PQ2_0, k) * static_cast<size_t>(w.n));
     transcode_ptq1_to_pq2(view_of(w), r->bytes.data(), pool, isa == Isa::Scalar ? Isa::Scalar : Isa::Avx2);
@@ -113,8 +128,7 @@ std::unique_ptr<Repack> make_repack(const Weight& w, const RepackPolicy& policy,
   // (their page-cache pages compete with the repacks on a 24 GB machine).
   const bool float_matrix =
       (w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16) && w.n > 1;
-  const bool weights_off_file =
-      policy.weights == WeightsMode::Copy || (policy.weights == WeightsMode::Lanes && isa == Isa::Avx512);
+  const bool weights_off_file = policy.weights == WeightsMode::Copy || (relaid && isa == Isa::Avx512);
   const bool ternary_copy =
       (w.type == DType::PQ2_0 || w.type == DType::Q2_0_G128 || w.type == DType::Q2_0_G64) &&
       policy.weights == WeightsMode::Copy;

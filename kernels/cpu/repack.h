@@ -55,16 +55,17 @@ class HugeBuffer {
 // from the environment:
 //  * BONSAI_CPU_PTQ1 = transcode (default) | direct: PTQ1_0 → PQ2_0 copy, or
 //    the PTQ1_0 kernels on the file layout;
-//  * BONSAI_CPU_WEIGHTS = lanes (default) | map | copy: with the AVX-512
-//    kernels, PQ2_0 / Q2_0 g128 (and transcoded PTQ1_0) re-laid into the
-//    Lanes16 layout in huge-page memory; `map`: PQ2_0 / Q2_0 read where the
+//  * BONSAI_CPU_WEIGHTS = lanes (default) | stream | map | copy: with the
+//    AVX-512 kernels, PQ2_0 / Q2_0 g128 (and transcoded PTQ1_0) re-laid into
+//    the Lanes16 layout in huge-page memory (`stream`: the Stream16 layout,
+//    the same chunks as one sequential stream per row group); `map`: PQ2_0 / Q2_0 read where the
 //    file maps them (zero copy; the low-memory option); `copy`: copied as they
 //    are into huge-page memory. Q2_0 g64 is never re-laid (lanes = map for it),
 //    nor is anything with the AVX2 / scalar kernels. Float matrices (F32 /
 //    F16 / BF16, n > 1) are copied as they are whenever the ternary weights
 //    leave the file (lanes on AVX-512, or copy).
 // Other values are a UsageError naming the variable.
-enum class WeightsMode : uint8_t { Lanes, Map, Copy };
+enum class WeightsMode : uint8_t { Lanes, Map, Copy, Stream };
 struct RepackPolicy {
   bool ptq1_transcode = true;
   WeightsMode weights = WeightsMode::Lanes;
