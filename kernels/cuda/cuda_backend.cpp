@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.h"
@@ -23,6 +25,17 @@ int cuda_device_count(std::string* why) {
   if (n == 0 && why) *why = "no CUDA device";
   return n;
 }
+
+namespace {
+// An on/off environment knob: unset or empty keeps `fallback`; anything but 0 or 1 is an error.
+bool env_flag(const char* name, bool fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  const std::string_view v(e);
+  if (v != "0" && v != "1") fail("{}='{}': expected 0 or 1", name, v);
+  return v == "1";
+}
+}  // namespace
 
 // Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
 void CudaBackend::Impl::flush() {
@@ -69,6 +82,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (m.prop.major < 8)
     fail("cuda: device {} ({}) has compute capability {}.{}; the int8 tensor-core kernels need 8.0 or newer",
          device, m.prop.name, m.prop.major, m.prop.minor);
+  m.mv_evict = env_flag("BONSAI_CUDA_MV_EVICT", m.mv_evict);
+  m.gdn_stream = env_flag("BONSAI_CUDA_GDN_STREAM", m.gdn_stream);
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   m.step_mem = device_alloc(2 * sizeof(int), "step parameters");
   m.step_dev = static_cast<int*>(m.step_mem.get());
@@ -81,6 +96,10 @@ CudaBackend::~CudaBackend() = default;
 
 std::string CudaBackend::device_name() const { return impl_->prop.name; }
 size_t CudaBackend::device_bytes() const { return impl_->weight_bytes + impl_->buffer_bytes; }
+void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream) {
+  impl_->mv_evict = matvec_evict_first;
+  impl_->gdn_stream = gdn_state_stream;
+}
 
 // ---- memory ------------------------------------------------------------------------
 
@@ -333,7 +352,7 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       check(cudaMemsetAsync(m.mv_counters.mem.get(), 0, m.mv_counters.bytes, m.stream), "cudaMemsetAsync");
     }
     cuda::matvec_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, sms,
-                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream);
+                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream, m.mv_evict);
     check_launch("matvec (tiled)");
     tiled.count = 0;
   };
@@ -613,6 +632,7 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   f.d_v = s.d_v;
   f.eps = s.eps;
   f.state_early = m.step_recording;
+  f.state_stream = m.gdn_stream;
   cuda::gdn_fused(f, m.stream);
   check_launch("gdn_site");
   m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));

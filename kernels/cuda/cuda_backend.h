@@ -85,6 +85,10 @@ class CudaBackend : public Backend {
   // graph is replayed `reps` times between two events.
   double time_recorded(const std::function<void()>& ops, int reps);
   size_t device_bytes() const;  // weights + buffers currently allocated
+  // Cache hints of launches issued afterwards (results do not depend on them): the matvec's
+  // weight loads with an L2 evict-first policy (default: BONSAI_CUDA_MV_EVICT, else on), the
+  // GDN site's state loads and stores streaming (BONSAI_CUDA_GDN_STREAM, else on).
+  void set_cache_hints(bool matvec_evict_first, bool gdn_state_stream);
 
  private:
   struct Impl;

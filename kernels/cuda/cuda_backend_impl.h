@@ -96,7 +96,12 @@ inline bool raw_type(DType t, cuda::RawType& out) {
   }
 }
 
-constexpr int kDecodeSplits = 32;            // attention splits of a (recordable) single-token step
+constexpr int kDecodeSplits = 32;  // attention splits of a (recordable) single-token step
+// Default of BONSAI_CUDA_MV_EVICT: the matvec's weight copies marked L2 evict-first, so that a
+// weight streamed through the L2 (up to 47 MB per launch, 60 MB of L2) does not push out the
+// activations, states and partial sums the site kernels read next (docs/performance.md).
+constexpr bool kMatvecEvictFirst = true;
+constexpr bool kGdnStateStream = true;  // default of BONSAI_CUDA_GDN_STREAM (cuda::GdnFused::state_stream)
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
@@ -118,6 +123,8 @@ struct CudaBackend::Impl {
   const float* q_src = nullptr;
   int64_t q_rows = 0, q_k = 0;
 
+  bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
+  bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads

@@ -185,8 +185,13 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
   float s[32];
   ConvChannel cq, ck, cv;
   auto load_state = [&] {
+    if (p.state_stream) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
+      for (int j = 0; j < 32; ++j) s[j] = __ldcs(S + static_cast<int64_t>(rg * 32 + j) * d_v + col);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(rg * 32 + j) * d_v + col];
+    }
     if (conv_in) {
       if (qk_thread) {
         cq.load_prev(p.conv_state, ch_q, width, p.taps);
@@ -350,8 +355,13 @@ __global__ void __launch_bounds__(512) gdn_fused_kernel(GdnFused p) {
     in_v = nv;
     if (i + 1 < p.t) __syncthreads();  // qn, kn and red are rewritten by the next token
   }
+  if (p.state_stream) {
 #pragma unroll
-  for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
+    for (int j = 0; j < 32; ++j) __stcs(S + static_cast<int64_t>(rg * 32 + j) * d_v + col, s[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
+  }
   if (conv_in) {
     if (conv_last && qk_thread) {
       cq.store(p.conv_state, ch_q, width, p.taps);

@@ -35,8 +35,11 @@ void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, c
 // leaves them zero). Both sized by matvec_tiled_scratch for the same jobs, t, k, SM count.
 void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
                           size_t* counters);
+// evict_first: the Hopper bulk path's weight copies carry an L2 evict-first policy (each
+// weight byte is read once per launch), as the register-staged path's __ldcs loads do; the
+// results do not depend on it.
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s);
+                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first = false);
 // Raw 2-bit rows [rows][row_bytes] (PQ2_0 / Q2_0 layout; groups 1 = 128-blocks, 2 = 64-blocks) ->
 // tiles of `dst` (rows padded to a multiple of 32). `rows` counts from a multiple of 32.
 void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,
@@ -138,6 +141,9 @@ struct GdnFused {
   // running when it starts writes them (a recorded decode step, each layer's site once per
   // step, replayed only after the previous replay has finished).
   bool state_early = false;
+  // gdn_fused reads and writes `state` with streaming (evict-first) cache hints: a layer's
+  // state is next read one step later, after every other layer's, so it cannot stay in L2.
+  bool state_stream = false;
   // The rest of the GDN site, optional. qkv != nullptr: conv is not read; the block computes
   // ssm_conv of its q/k/v channels from qkv [t][channels], conv_w (F32 [channels][taps]) and
   // conv_state ([taps-1][channels], updated; taps <= 4). The q/k channels of a key head are

@@ -292,6 +292,17 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
+// bulk_load with an L2 evict-first policy: lines read once should be the first to go.
+__device__ __forceinline__ void bulk_load_evict_first(uint32_t dst, const void* src, uint32_t bytes,
+                                                      uint32_t bar) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::
@@ -329,7 +340,7 @@ __device__ __forceinline__ void unit_dot(float (&acc)[kWarpTiles][2], const uint
   }
 }
 
-template <int G>
+template <int G, bool kEvictFirst>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     matvec_bulk_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                        const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
@@ -410,8 +421,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
       const uint32_t bar = bar0 + 8 * slot, dst = my_s + slot * kUnit;
       mbar_expect(bar, kUnit);
 #pragma unroll
-      for (int tile = 0; tile < kWarpTiles; ++tile)
-        bulk_load(dst + tile * CB, c.chunk + tile * tile_stride, CB, bar);
+      for (int tile = 0; tile < kWarpTiles; ++tile) {
+        if constexpr (kEvictFirst)
+          bulk_load_evict_first(dst + tile * CB, c.chunk + tile * tile_stride, CB, bar);
+        else
+          bulk_load(dst + tile * CB, c.chunk + tile * tile_stride, CB, bar);
+      }
     }
   };
   auto load_x = [&](XStage& d, int kb) {
@@ -556,7 +571,8 @@ const MatvecConfig& matvec_config() {
     bool sm90_code = major == 9;
     if (major > 9) {
       cudaFuncAttributes fa{};
-      sm90_code = cudaFuncGetAttributes(&fa, matvec_bulk_kernel<1>) == cudaSuccess && fa.ptxVersion >= 90;
+      sm90_code =
+          cudaFuncGetAttributes(&fa, matvec_bulk_kernel<1, false>) == cudaSuccess && fa.ptxVersion >= 90;
       cudaGetLastError();  // a failed query is not an error of the next launch
     }
     c.bulk = sm90_code && !(mode && std::string_view(mode) == "legacy");
@@ -593,13 +609,13 @@ unsigned stream_blocks(const StreamPlan& p) {
 
 template <int G>
 void launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
-                   const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s) {
+                   const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
+                   bool evict_first) {
   if (matvec_config().bulk) {
     const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
-    cudaFuncSetAttribute(matvec_bulk_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    launch(matvec_bulk_kernel<G>, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial,
-           counters);
+    auto* kernel = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    launch(kernel, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters);
   } else {
     launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
   }
@@ -622,14 +638,14 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 }
 
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s) {
+                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
-    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s);
+    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first);
   else
-    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s);
+    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first);
 }
 
 }  // namespace bonsai::cuda
