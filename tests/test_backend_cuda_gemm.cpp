@@ -211,6 +211,106 @@ TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
   for (TernaryWeight* h : hs) be_->unprepare(h->w);
 }
 
+// The wgmma kernel (Hopper) against the mma.sync kernel on the same tiled weights and quantized
+// activations: several weights per launch, partial tiles and token blocks, codes 0..3, zero
+// scales, an all-zero token, one k range and several. Both form the same exact integer per
+// (row, token, k-block) and add T·(d·s) in k-block order, so with the same k ranges (the mma
+// kernel's plan, forced on the wgmma kernel) the results are equal bit for bit. (The wgmma
+// kernel's own plan may pick other ranges; EveryTernaryFormatMatchesReference checks that path
+// against the reference.)
+TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma kernel needs compute capability 9.0";
+  struct Case {
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+  };
+  const Case cases[] = {{{77}, 384, {12, 13, 64, 77, 130}},
+                        {{200}, 2048, {12, 64, 130}},
+                        {{300, 33, 1000}, 5120, {29, 256, 300}},
+                        {{5120}, 17408, {256}},
+                        {{2048}, 6144, {512}}};
+  int whole_launches = 0, split_launches = 0;
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / 128;
+    const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
+    cuda::TiledJobs jobs;
+    std::vector<void*> mem;
+    auto dalloc = [&](size_t bytes) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+      mem.push_back(p);
+      return p;
+    };
+    std::mt19937 rng(static_cast<uint32_t>(k));
+    for (const int64_t n : cs.ns) {  // random PQ2_0 rows: any codes, scales in [2^-8, 2^-4) or 0
+      std::vector<uint8_t> raw(stride * n);
+      for (auto& b : raw) b = static_cast<uint8_t>(rng());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < kb; ++b) {
+          const float d = (r + b) % 7 == 0
+                              ? 0.0f
+                              : std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -8 + static_cast<int>(rng() % 4));
+          const uint16_t h = f32_to_fp16(d);
+          std::memcpy(raw.data() + r * stride + b * 34, &h, 2);
+        }
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      auto* tiled = static_cast<uint8_t*>(dalloc(static_cast<size_t>(cuda::tiled_bytes(n, k, 1))));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      cuda::repack_tiled(draw, stride, n, k, 1, tiled, nullptr);
+      jobs.job[jobs.count].w = tiled;
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+    }
+    for (const int t : cs.ts) {
+      auto x = randn(static_cast<size_t>(t) * k, 9 + t, 3.0f);
+      for (int64_t c = 0; c < k; ++c) x[static_cast<size_t>(t / 2) * k + c] = 0.0f;  // an all-zero token
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* xq = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      auto* meta = static_cast<float4*>(dalloc(static_cast<size_t>(t) * kb * sizeof(float4)));
+      cuda::quantize_act(dx, xq, meta, t, k, nullptr);
+      const int ranges = cuda::gemm_tiled_ranges(jobs, 1, t, k, sms, cuda::GemmKernel::mma);
+      int64_t rows = 0;
+      for (int j = 0; j < jobs.count; ++j) rows += jobs.job[j].n;
+      const size_t scratch =
+          std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms), static_cast<size_t>(ranges) * t * rows);
+      auto* partial = static_cast<float*>(dalloc(scratch * 4));
+      std::vector<std::vector<float>> ys[2];
+      for (int v = 0; v < 2; ++v) {
+        const auto kernel = v ? cuda::GemmKernel::wgmma : cuda::GemmKernel::mma;
+        cuda::TiledJobs run = jobs;
+        for (int j = 0; j < jobs.count; ++j) {
+          run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+          cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+        }
+        cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (int j = 0; j < jobs.count; ++j) {
+          ys[v].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
+          cudaMemcpy(ys[v].back().data(), run.job[j].y, ys[v].back().size() * 4, cudaMemcpyDeviceToHost);
+        }
+      }
+      (ranges > 1 ? split_launches : whole_launches)++;
+      for (int j = 0; j < jobs.count; ++j)
+        for (size_t i = 0; i < ys[0][j].size(); ++i) {
+          const float a = ys[0][j][i], b = ys[1][j][i];
+          ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
+          ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
+              << "k " << k << " t " << t << " job " << j << " i " << i << ": " << a << " vs " << b;
+        }
+    }
+    for (void* p : mem) cudaFree(p);
+  }
+  EXPECT_GT(whole_launches, 0);  // both paths of the kernel (y directly, partial sums) were compared
+  EXPECT_GT(split_launches, 0);
+}
+
 // The decode matvec on shapes long enough that each warp's range wraps its ring of unit
 // slots several times and row groups are split between warps (kernels/cuda/matvec.cu).
 TEST_F(CudaGemm, DecodeMatvecLongRowsMatchReference) {

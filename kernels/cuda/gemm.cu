@@ -345,6 +345,14 @@ __global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
   y[idx - off] = sum;  // y_j is [t][n_j], the slice's layout
 }
 
+}  // namespace
+}  // namespace bonsai::cuda
+
+#include "kernels/cuda/gemm_wgmma.cuh"
+
+namespace bonsai::cuda {
+namespace {
+
 // BONSAI_CUDA_GEMM_SPLIT (plan_gemm): unset or 1 = the model, 0 = the former rule, n > 1 = n ranges,
 // -1 = one range (no split; measurements).
 int gemm_split_mode() {
@@ -355,7 +363,8 @@ int gemm_split_mode() {
   return mode;
 }
 
-GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
+// slots: blocks resident per SM (2 for the mma.sync kernel, 1 for the wgmma kernel).
+GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots_per_sm) {
   GemmPlan plan;
   int blocks = 0;
   int64_t out = 0;
@@ -384,20 +393,22 @@ GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
   // plan before the model); n > 1: n ranges wherever k allows (measurements).
   const int grid = blocks * ((t + kGemmTokens - 1) / kGemmTokens);
   const int max_splits = std::max(1, kblocks / 4);
-  int splits = std::clamp((2 * sm_count + grid - 1) / grid, 1, max_splits);
+  int splits = std::clamp((slots_per_sm * sm_count + grid - 1) / grid, 1, max_splits);
   plan.kb_per_split = (kblocks + splits - 1) / splits;
   if (gemm_split_mode() > 1 || gemm_split_mode() == -1) {
     splits = gemm_split_mode() == -1 ? 1 : std::min(gemm_split_mode(), max_splits);
     plan.kb_per_split = (kblocks + splits - 1) / splits;
   } else if (gemm_split_mode() == 1 && grid >= sm_count) {
     constexpr double kLoneBlock = 0.56;
-    const int64_t slots = 2 * static_cast<int64_t>(sm_count);
+    // With one block per SM (wgmma) a partial last round costs a whole range.
+    const int64_t slots = slots_per_sm * static_cast<int64_t>(sm_count);
+    const double lone = slots_per_sm == 2 ? kLoneBlock : 1.0;
     double best = 0;
     for (int s = 1; s <= std::min(16, max_splits); ++s) {
       const int kbps = (kblocks + s - 1) / s, real = (kblocks + kbps - 1) / kbps;
       const int64_t g = static_cast<int64_t>(grid) * real, rest = g % slots;
       const double rounds = static_cast<double>(g / slots) + (rest == 0          ? 0.0
-                                                              : rest <= sm_count ? kLoneBlock
+                                                              : rest <= sm_count ? lone
                                                                                  : 1.0);
       const double cost = rounds * kbps + (real > 1 ? real * 8.0 * static_cast<double>(out) / 6.9e6 : 0.0);
       if (s == 1 || cost < best * 0.97) {  // a range more only for a clear gain
@@ -444,6 +455,33 @@ void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const flo
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
+template <int ST>
+void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
+                    int kblocks, float* partial, cudaStream_t s) {
+  const int splits = gemm_splits(plan, kblocks);
+  if (splits > 1) plan.partial = partial;
+  constexpr int smem = GemmSmemW<ST>::kBytes + 16 * ST;  // + the mbarriers
+  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
+                  static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
+  cudaFuncSetAttribute(gemm_wgmma_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_wgmma_kernel<ST>, grid, kThreads, smem, s, jobs, plan, xq, meta, t, kblocks);
+  if (splits > 1)
+    launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
+}
+
+// BONSAI_CUDA_GEMM_WG_STAGES=9: the wgmma kernel with 9 stages instead of 6 (measurements).
+bool wgmma_deep() {
+  static const bool deep = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_STAGES");
+    return e && std::atoi(e) == 9;
+  }();
+  return deep;
+}
+
+// The wgmma kernel runs 128-column groups (every 27B weight); Q2_0's 64-column groups stay on mma.sync.
+bool use_wgmma(int groups, GemmKernel kernel) { return groups == 1 && kernel == GemmKernel::wgmma; }
+int slots_for(int groups, GemmKernel kernel) { return use_wgmma(groups, kernel) ? 1 : 2; }
+
 // The kernel addresses the activation with 32-bit offsets: it runs on ranges of at most
 // this many tokens (about 123k at k = 17408, so one range in practice).
 int token_span(int kblocks) {
@@ -451,8 +489,8 @@ int token_span(int kblocks) {
   return static_cast<int>(std::min<int64_t>(((int64_t{1} << 32) / row) / kGemmTokens * kGemmTokens, 1 << 30));
 }
 
-size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
-  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count);
+size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots) {
+  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, slots);
   const int splits = gemm_splits(p, kblocks);
   return splits > 1 ? static_cast<size_t>(splits) * p.out_start[kMaxJobs] : 0;
 }
@@ -461,13 +499,24 @@ size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count) {
 
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
-  size_t s = scratch_for(jobs, std::min(t, span), kblocks, sm_count);
-  if (t > span && t % span != 0) s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count));
+  // Either kernel may run (the groups are not known here): room for both plans.
+  size_t s = 0;
+  for (int slots : {1, 2}) {
+    s = std::max(s, scratch_for(jobs, std::min(t, span), kblocks, sm_count, slots));
+    if (t > span && t % span != 0) s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count, slots));
+  }
   return s;
 }
 
+int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel) {
+  const int kblocks = static_cast<int>(k / kBlockK);
+  return gemm_splits(
+      plan_gemm(jobs, std::min(t, token_span(kblocks)), kblocks, sm_count, slots_for(groups, kernel)),
+      kblocks);
+}
+
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                int sm_count, float* partial, cudaStream_t s) {
+                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
   for (int t0 = 0; t0 < t; t0 += span) {
@@ -476,8 +525,13 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     for (int j = 0; j < part.count; ++j) part.job[j].y += static_cast<size_t>(t0) * part.job[j].n;
     const uint8_t* x = xq + static_cast<size_t>(t0) * kblocks * kActBytes;
     const float4* m = meta + static_cast<size_t>(t0) * kblocks;
-    const GemmPlan p = plan_gemm(part, n, kblocks, sm_count);
-    if (groups == 2)
+    GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
+    if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
+    if (use_wgmma(groups, kernel) && wgmma_deep())
+      run_gemm_wgmma<9>(p, part, x, m, n, kblocks, partial, s);
+    else if (use_wgmma(groups, kernel))
+      run_gemm_wgmma<6>(p, part, x, m, n, kblocks, partial, s);
+    else if (groups == 2)
       run_gemm<2, 1, 0>(p, part, x, m, n, kblocks, partial, s);  // (64-column groups: more registers)
     else if (occ2 && gemm_mbarrier_pipe())
       run_gemm<1, 2, 1>(p, part, x, m, n, kblocks, partial, s);

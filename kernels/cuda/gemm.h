@@ -17,13 +17,27 @@ inline constexpr int kGemmTokens = 64;  // tokens per block
 // Below this many tokens the matvec (weights streamed once per 4 tokens) is as fast.
 inline constexpr int kGemmMinTokens = 12;
 
+// Which kernel runs the GEMM: mma (mma.sync, any device; the default) or wgmma (Hopper's
+// warpgroup MMA; compute capability 9.0, where the sm_90a build runs; bit-identical, not yet
+// faster). BONSAI_CUDA_GEMM=wgmma|mma picks one (wgmma where it is not available and any other
+// value are errors). Read once per process.
+enum class GemmKernel { mma, wgmma };
+GemmKernel gemm_kernel();
+
 // Floats of split-K partial sums gemm_tiled needs for these jobs (0: none).
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count);
 // jobs: same k and scale grouping (groups 1 or 2); xq/meta: quantize_act of x [t][k]. With
 // few row blocks x token blocks, or a last round of blocks that would leave SMs idle, the
 // k-blocks are split over blockIdx.z (gemm.cu, plan_gemm); the ranges' sums go to `partial`
 // (gemm_tiled_scratch floats) and are added in a fixed order by a second launch.
+// kernel: gemm_kernel() unless a test compares the two; both give the same floats for the same
+// k ranges, but the plan may pick other ranges for the wgmma kernel (one block per SM instead of
+// two). ranges > 0 (tests): that many k ranges instead of the plan's (`partial` must hold
+// ranges x t x Σ n_j floats).
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                int sm_count, float* partial, cudaStream_t s);
+                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel = gemm_kernel(),
+                int ranges = 0);
+// The number of k ranges gemm_tiled splits such a launch into (tests).
+int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
 
 }  // namespace bonsai::cuda
