@@ -24,11 +24,11 @@
 // waits; nothing is in flight across the loop's back edge, so ptxas keeps the wgmmas async.
 //
 // Status (H200, docs/performance.md "Prefill GEMM", wgmma): bit-identical to the mma.sync
-// kernel for the same k ranges, but slower: 82-87 T weight x token MAC/s at the 27B shapes
-// against ~125 T, pp512 2858 against 3918 t/s, though the same loop without global memory
-// runs at 277 T (tools/cuda/wgmma_peak.cu). Not spills (ncu: 0.2 M local requests per launch)
-// nor L2 bandwidth alone (46 % L2 throughput); one block of 8 warps per SM (255 registers,
-// 2 warps per scheduler, 0.5 eligible) spends most cycles waiting. Not the default.
+// kernel for the same k ranges, but slower: 80-93 T weight x token MAC/s at the 27B shapes
+// against ~125 T (all 27B matmuls at t = 512: 138.7 against 103.1 ms), though the same loop
+// without global memory runs at 277 T (tools/cuda/wgmma_peak.cu). ncu's stall samples are
+// spread over the mbarrier waits, the wgmma issues and the rest; one block of 8 warps per SM
+// (255 registers) hides little of it. Not the default.
 #pragma once
 
 #include "kernels/cuda/wgmma.cuh"
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const size_t tile_stride = static_cast<size_t>(kblocks) * S::kCB;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
-  // Straight-line staging as in gemm_tiled_kernel; only the activation's destination differs.
+  // Straight-line staging as in gemm_tiled_kernel, but the activation is copied token-major.
   constexpr int kWp = S::kW / 16, kChunkPieces = S::kCB / 16;
   static_assert(kWp >= kThreads && kWp <= 2 * kThreads && kGemmTokens * 16 == 4 * kThreads);
   const uint8_t* wbase = job.w + static_cast<size_t>(tile0) * tile_stride;
@@ -101,10 +101,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     woff[c] = (ok ? static_cast<uint32_t>(ti) * static_cast<uint32_t>(tile_stride) : 0u) + piece * 16;
     wok |= ok << c;
   }
-  const int xtk = tid >> 4, xpiece = tid & 15;  // copy j: token xtk + 16·j, piece xpiece
+  // Activation copies: thread (warp w, lane l) stages token 8w + l/4, pieces 4j + (l & 3), j < 4.
+  // A warp's copy j writes 8 tokens x 4 pieces: four 128-byte runs, one per bank sweep (a warp
+  // of 32 pieces of one token would write 16-byte slots 1 KB apart, all in the same 4 banks),
+  // and reads 64 contiguous bytes of each of its 8 tokens (whole 32-byte sectors).
+  const int xtk = tid >> 2, xp0 = tid & 3;
   const uint32_t xrow = static_cast<uint32_t>(kblocks) * kActBytes;
-  const uint32_t xoff = static_cast<uint32_t>(tok0 + xtk) * xrow + xpiece * 16;
-  const int xn = min(4, max(0, (t - tok0 - xtk + 15) >> 4));
+  const bool xok = tok0 + xtk < t;  // else token 0's bytes (in bounds), zero-filled
+  const uint32_t xoff = (xok ? static_cast<uint32_t>(tok0 + xtk) * xrow : 0u) + xp0 * 16;
   const bool mok = tid < kGemmTokens && tok0 + tid < t;
   const uint32_t moff = mok ? static_cast<uint32_t>(tok0 + tid) * kblocks : 0u;
   auto load_stage = [&](int kb, int slot) {
@@ -113,12 +117,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async16(st + tid * 16, wbase + (woff[0] + wk), (wok & 1) ? 16 : 0);
     if (tid < kWp - kThreads)
       cp_async16(st + (tid + kThreads) * 16, wbase + (woff[1] + wk), (wok & 2) ? 16 : 0);
-    const uint32_t xdst = st + S::kW + (xpiece * kGemmTokens + xtk) * 16, xk = kb * kActBytes;
+    const uint32_t xdst = st + S::kW + (xp0 * kGemmTokens + xtk) * 16, xk = kb * kActBytes;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bool ok = j < xn;
-      cp_async16(xdst + j * 16 * 16, xq + ((ok ? xoff + j * 16 * xrow : xpiece * 16u) + xk), ok ? 16 : 0);
-    }
+    for (int j = 0; j < 4; ++j)
+      cp_async16(xdst + j * 4 * kGemmTokens * 16, xq + (xoff + j * 64 + xk), xok ? 16 : 0);
     if (tid < kGemmTokens) cp_async16(st + S::kW + S::kX + tid * 16, meta + (moff + kb), mok ? 16 : 0);
   };
 
