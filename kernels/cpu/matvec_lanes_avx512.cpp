@@ -267,20 +267,18 @@ void rows_r(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
 // the same per-chunk and per-group arithmetic as rows_impl, the code chunk
 // of row i, group j, chunk c at base + j·544·RL + c·64·RL + i·64 and the
 // group's scales right after its 8 chunks. With R = RL every load advances
-// through the row group linearly; the software prefetch runs a fixed
-// distance ahead of each load: 8 KiB, into L1 for 4-row groups and into L2
-// for 8-row groups (K = 17408, whose 36 KB activation already fills L1).
-// Tuned in quiet runs at 15:26 / 15:28 (docs/performance.md): without any
-// software prefetch the 4-row groups streamed as fast (the hardware
-// prefetchers follow one stream), the 8-row groups fell to ~22 GB/s; L1
-// prefetch for 8-row groups 28 GB/s, L2 32-45; 2, 4, 8 and 16 KiB within noise.
-constexpr int64_t kStreamPrefetch = 8192;
+// through the row group linearly. Software prefetch: none for 4-row groups
+// (one sequential stream: the hardware prefetchers keep up), 8 KiB ahead
+// into L2 for 8-row groups (K = 17408, whose 36 KB activation fills L1).
+// Measured with bench/regime_probe.cpp (prefetch variants interleaved pass
+// by pass in one process, 16:07-16:10; GB/s, fast / slow host windows):
+// 5120 x 17408: none 44.5 / 33.9, 4 KiB to L1 43.0 / 33.8, 8 KiB to L1
+// 39.8 / 33.3, 16 KiB to L1 35.9 / 31.7, 8 KiB to L2 44.5 / 32.6 (Lanes16
+// 42.4 / 33.1); 17408 x 5120: 8 KiB to L2 47.3, 16 KiB 46.5, 32 KiB 44.6,
+// 4 KiB 40.0, 8 KiB to L1 28.1, none 24.3 (Lanes16 38.5) in fast windows.
 template <int RL>
 inline void stream_prefetch(const uint8_t* p) {
-  if constexpr (RL >= 8)
-    _mm_prefetch(reinterpret_cast<const char*>(p + kStreamPrefetch), _MM_HINT_T1);
-  else
-    _mm_prefetch(reinterpret_cast<const char*>(p + kStreamPrefetch), _MM_HINT_T0);
+  if constexpr (RL >= 8) _mm_prefetch(reinterpret_cast<const char*>(p + 8192), _MM_HINT_T1);
 }
 
 // chunk_dot with one shift instead of three: w4 = w >> 4; planes 0 and 2
