@@ -455,27 +455,30 @@ void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const flo
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
-template <int ST>
+template <int ST, int NW, int SW>
 void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
                     int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
-  constexpr int smem = GemmSmemW<ST>::kBytes + 16 * ST;  // + the mbarriers
+  constexpr int smem = GemmSmemW<ST>::kBytes + 16 * ST + 256;  // + the mbarriers, alignment
   const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
                   static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_wgmma_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  launch(gemm_wgmma_kernel<ST>, grid, kThreads, smem, s, jobs, plan, xq, meta, t, kblocks);
+  cudaFuncSetAttribute(gemm_wgmma_kernel<ST, NW, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_wgmma_kernel<ST, NW, SW>, grid, wgmma_threads<NW>(), smem, s, jobs, plan, xq, meta, t, kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
-// BONSAI_CUDA_GEMM_WG_STAGES=9: the wgmma kernel with 9 stages instead of 6 (measurements).
-bool wgmma_deep() {
-  static const bool deep = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_STAGES");
-    return e && std::atoi(e) == 9;
+// BONSAI_CUDA_GEMM_WG_SW=0 (measurements): the activation staged as 16-byte core-matrix pieces
+// instead of for the 32-byte swizzle (H200, all 27B matmuls at t = 512: 138.7 against 118.6 ms).
+// Also measured, not dispatched: 9 stages (143.9 ms with SW=0) and four warpgroups of 32 tokens
+// (NW = 32: 142.5 ms with SW=0), runs of 16:01-16:08.
+bool wgmma_swizzle() {
+  static const bool sw = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_SW");
+    return !(e && std::atoi(e) == 0);
   }();
-  return deep;
+  return sw;
 }
 
 // The wgmma kernel runs 128-column groups (every 27B weight); Q2_0's 64-column groups stay on mma.sync.
@@ -527,11 +530,12 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     const float4* m = meta + static_cast<size_t>(t0) * kblocks;
     GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
     if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
-    if (use_wgmma(groups, kernel) && wgmma_deep())
-      run_gemm_wgmma<9>(p, part, x, m, n, kblocks, partial, s);
-    else if (use_wgmma(groups, kernel))
-      run_gemm_wgmma<6>(p, part, x, m, n, kblocks, partial, s);
-    else if (groups == 2)
+    if (use_wgmma(groups, kernel)) {
+      if (wgmma_swizzle())
+        run_gemm_wgmma<6, 64, 1>(p, part, x, m, n, kblocks, partial, s);
+      else
+        run_gemm_wgmma<6, 64, 0>(p, part, x, m, n, kblocks, partial, s);
+    } else if (groups == 2)
       run_gemm<2, 1, 0>(p, part, x, m, n, kblocks, partial, s);  // (64-column groups: more registers)
     else if (occ2 && gemm_mbarrier_pipe())
       run_gemm<1, 2, 1>(p, part, x, m, n, kblocks, partial, s);

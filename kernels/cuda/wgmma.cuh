@@ -23,7 +23,10 @@
 namespace bonsai::cuda {
 
 // Shared-memory matrix descriptor (no swizzle): start address, leading (k) and stride (8-row
-// group) byte offsets, each in 16-byte units; base offset 0, layout type 0.
+// group) byte offsets, each in 16-byte units; base offset 0, layout type 0. For the 32-byte
+// swizzle OR in 3ull << 62 (layout type 3; K-major: 8 rows of 32 bytes per 256-byte atom, the
+// 16-byte halves of row r swapped when bit 2 of r is set, i.e. address bit 4 ^= bit 7; atoms
+// 256-byte aligned, sbo = the atom stride; verified by gemm_wgmma_kernel<.., SW = 1>).
 __device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
          (static_cast<uint64_t>(sbo >> 4) << 32);
@@ -47,6 +50,18 @@ __device__ __forceinline__ void wgmma_reg_fence(float& r) { asm volatile("" : "+
 // st.shared; by any thread, once synchronized with it) before its later wgmma reads.
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d[16] (+)= a (u8, registers) x desc (s8, shared memory): m64n32k32; scale_d = 0: d = a x b.
+__device__ __forceinline__ void wgmma_m64n32k32_u8s8(int (&d)[16], const uint32_t (&a)[4], uint64_t desc,
+                                                     int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
 
 // d[32] (+)= a (u8, registers) x desc (s8, shared memory): m64n64k32; scale_d = 0: d = a x b.
