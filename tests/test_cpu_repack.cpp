@@ -52,8 +52,8 @@ std::vector<uint8_t> random_pq2(DType t, int64_t n, int64_t k, uint32_t seed) {
 }
 
 // End to end through CpuBackend::prepare with the default policy: PTQ1_0 is
-// transcoded (AVX2: to PQ2_0 rows; AVX-512: on into the block-lanes layout),
-// PQ2_0 / Q2_0 g128 are re-laid into block lanes on AVX-512 and read in place
+// transcoded (AVX2: to PQ2_0 rows; AVX-512: on into the block-stream layout),
+// PQ2_0 / Q2_0 g128 are re-laid into block stream on AVX-512 and read in place
 // on AVX2; decode-shaped calls (matvec) and a batch (GEMM) both equal what the
 // reference backend computes from the file bytes, with 1 and 2 threads.
 TEST(CpuRepack, PreparedWeightsMatchReference) {
@@ -83,7 +83,7 @@ TEST(CpuRepack, PreparedWeightsMatchReference) {
         ASSERT_EQ(pw.prepared != nullptr, repacked) << dtype_name(type) << " " << isa_name(isa);
         if (pw.prepared) {
           EXPECT_EQ(static_cast<cpu::Repack*>(pw.prepared)->layout,
-                    isa == Isa::Avx512 ? cpu::WeightLayout::Lanes16 : cpu::WeightLayout::File);
+                    isa == Isa::Avx512 ? cpu::WeightLayout::Stream16 : cpu::WeightLayout::File);
         }
         EXPECT_EQ(pw.data, bytes.data()) << "the file bytes stay in place";
         std::vector<float> got(t * n), got_batch(t * n);
@@ -118,10 +118,10 @@ TEST(CpuRepack, PreparedWeightsMatchReference) {
 }
 
 // make_repack per policy and ISA: the transcode equals the reference transcode
-// row by row, the block-lanes repack equals pack_lanes_rows of the (transcoded)
-// PQ2_0 bytes, the huge-page copy equals the file bytes, Q2_0 g64 and float
-// weights are never re-laid (float matrices are copied when the ternary weights
-// leave the file), and nothing else is repacked.
+// row by row, the block-lanes / block-stream repacks equal pack_lanes_rows /
+// pack_stream_rows of the (transcoded) PQ2_0 bytes, the huge-page copy equals the file bytes, Q2_0 g64 and
+// float weights are never re-laid (float matrices are copied when the ternary weights leave the file), and
+// nothing else is repacked.
 TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
   const int64_t k = 384, n = 21;
   const auto ptq1 = random_ptq1(n, k, 13);
@@ -131,6 +131,8 @@ TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
                           pq2.data() + r * row_bytes(DType::PQ2_0, k), k);
   std::vector<uint8_t> lanes(static_cast<size_t>(cpu::lanes_total_bytes(n, k)));
   cpu::pack_lanes_rows({DType::PQ2_0, pq2.data(), n, k}, lanes.data(), 0, n);
+  std::vector<uint8_t> stream(static_cast<size_t>(cpu::stream_total_bytes(n, k)));
+  cpu::pack_stream_rows({DType::PQ2_0, pq2.data(), n, k}, stream.data(), 0, n);
   const auto g64 = random_pq2(DType::Q2_0_G64, n, k, 14);
   Weight wt;
   wt.type = DType::PTQ1_0, wt.k = k, wt.n = n, wt.data = ptq1.data(), wt.nbytes = ptq1.size();
@@ -148,24 +150,28 @@ TEST(CpuRepack, PolicyDecidesWhatIsRepacked) {
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_supported(isa)) continue;
     for (bool transcode : {false, true})
-      for (cpu::WeightsMode mode : {cpu::WeightsMode::Lanes, cpu::WeightsMode::Map, cpu::WeightsMode::Copy}) {
+      for (cpu::WeightsMode mode : {cpu::WeightsMode::Stream, cpu::WeightsMode::Lanes, cpu::WeightsMode::Map,
+                                    cpu::WeightsMode::Copy}) {
         const cpu::RepackPolicy pol{transcode, mode};
-        const bool to_lanes = mode == cpu::WeightsMode::Lanes && isa == Isa::Avx512;
+        const bool to_stream = mode == cpu::WeightsMode::Stream && isa == Isa::Avx512;
+        const bool to_lanes = (mode == cpu::WeightsMode::Lanes || to_stream) && isa == Isa::Avx512;
+        const cpu::WeightLayout relaid = to_stream ? cpu::WeightLayout::Stream16 : cpu::WeightLayout::Lanes16;
+        const std::vector<uint8_t>& relaid_bytes = to_stream ? stream : lanes;
         const std::string what = std::string(isa_name(isa)) + " transcode " + std::to_string(transcode) +
                                  " mode " + std::to_string(static_cast<int>(mode));
         const auto rt = cpu::make_repack(wt, pol, pool, isa);
         ASSERT_EQ(rt != nullptr, transcode) << what;
         if (rt) {
           EXPECT_EQ(rt->type, DType::PQ2_0) << what;
-          EXPECT_EQ(rt->layout, to_lanes ? cpu::WeightLayout::Lanes16 : cpu::WeightLayout::File) << what;
-          EXPECT_TRUE(same(*rt, to_lanes ? lanes : pq2)) << what;
+          EXPECT_EQ(rt->layout, to_lanes ? relaid : cpu::WeightLayout::File) << what;
+          EXPECT_TRUE(same(*rt, to_lanes ? relaid_bytes : pq2)) << what;
         }
         const auto rq = cpu::make_repack(wq, pol, pool, isa);
         ASSERT_EQ(rq != nullptr, to_lanes || mode == cpu::WeightsMode::Copy) << what;
         if (rq) {
           EXPECT_EQ(rq->type, DType::PQ2_0) << what;
-          EXPECT_EQ(rq->layout, to_lanes ? cpu::WeightLayout::Lanes16 : cpu::WeightLayout::File) << what;
-          EXPECT_TRUE(same(*rq, to_lanes ? lanes : pq2)) << what;
+          EXPECT_EQ(rq->layout, to_lanes ? relaid : cpu::WeightLayout::File) << what;
+          EXPECT_TRUE(same(*rq, to_lanes ? relaid_bytes : pq2)) << what;
         }
         const auto rg = cpu::make_repack(wg, pol, pool, isa);
         ASSERT_EQ(rg != nullptr, mode == cpu::WeightsMode::Copy) << what;
@@ -214,8 +220,10 @@ TEST(CpuRepack, PolicyFromEnvironment) {
   unsetenv("BONSAI_CPU_WEIGHTS");
   unsetenv("BONSAI_CPU_PTQ1");
   auto p = cpu::repack_policy_from_env();
-  EXPECT_EQ(p.weights, cpu::WeightsMode::Lanes);
+  EXPECT_EQ(p.weights, cpu::WeightsMode::Stream);
   EXPECT_TRUE(p.ptq1_transcode);
+  setenv("BONSAI_CPU_WEIGHTS", "stream", 1);
+  EXPECT_EQ(cpu::repack_policy_from_env().weights, cpu::WeightsMode::Stream);
   setenv("BONSAI_CPU_WEIGHTS", "map", 1);
   EXPECT_EQ(cpu::repack_policy_from_env().weights, cpu::WeightsMode::Map);
   setenv("BONSAI_CPU_WEIGHTS", "copy", 1);

@@ -1,11 +1,12 @@
 // Load-time repacks of weights for the CPU backend (Backend::prepare).
 //
 // Default on AVX-512: every 128-block 2-bit weight (PQ2_0, Q2_0 g128, and
-// PTQ1_0 through the transcode below) is re-laid into the block-lanes layout
-// (WeightLayout::Lanes16, kernels/cpu/matvec.h) that the AVX-512 matvec and
-// GEMM read: a lossless permutation of the file's bytes (same size), which
-// raises the faithful matvec's compute ceiling (per-block scale work paid
-// once per 16 blocks, aligned 64-byte code loads) and puts every streamed
+// PTQ1_0 through the transcode below) is re-laid into the block-stream layout
+// (WeightLayout::Stream16, kernels/cpu/matvec.h) that the AVX-512 matvec and
+// GEMM read: a lossless permutation of the file's bytes (same size for the
+// 27B), which raises the faithful matvec's compute ceiling (per-block scale
+// work paid once per 16 blocks, aligned 64-byte code loads), makes each
+// thread's rows one sequential stream, and puts every streamed
 // weight on 2 MiB pages whatever state the file's page cache is in. Costs:
 // the weights' size in resident memory (6.8 GB for the 27B; the file's page
 // cache stays reclaimable) and the repack at load (docs/performance.md).
@@ -55,20 +56,21 @@ class HugeBuffer {
 // from the environment:
 //  * BONSAI_CPU_PTQ1 = transcode (default) | direct: PTQ1_0 → PQ2_0 copy, or
 //    the PTQ1_0 kernels on the file layout;
-//  * BONSAI_CPU_WEIGHTS = lanes (default) | stream | map | copy: with the
+//  * BONSAI_CPU_WEIGHTS = stream (default) | lanes | map | copy: with the
 //    AVX-512 kernels, PQ2_0 / Q2_0 g128 (and transcoded PTQ1_0) re-laid into
-//    the Lanes16 layout in huge-page memory (`stream`: the Stream16 layout,
-//    the same chunks as one sequential stream per row group); `map`: PQ2_0 / Q2_0 read where the
+//    the Stream16 layout in huge-page memory (`lanes`: Lanes16, the same
+//    chunks as one stream per row plus a scale stream; session 3's default,
+//    kept for comparison); `map`: PQ2_0 / Q2_0 read where the
 //    file maps them (zero copy; the low-memory option); `copy`: copied as they
 //    are into huge-page memory. Q2_0 g64 is never re-laid (lanes = map for it),
 //    nor is anything with the AVX2 / scalar kernels. Float matrices (F32 /
 //    F16 / BF16, n > 1) are copied as they are whenever the ternary weights
-//    leave the file (lanes on AVX-512, or copy).
+//    leave the file (stream / lanes on AVX-512, or copy).
 // Other values are a UsageError naming the variable.
 enum class WeightsMode : uint8_t { Lanes, Map, Copy, Stream };
 struct RepackPolicy {
   bool ptq1_transcode = true;
-  WeightsMode weights = WeightsMode::Lanes;
+  WeightsMode weights = WeightsMode::Stream;
 };
 RepackPolicy repack_policy_from_env();
 
