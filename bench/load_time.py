@@ -49,7 +49,7 @@ def main():
             loaded = time.monotonic() - t0
             mem = rollup(p.pid)
     _, _, ru = os.wait4(p.pid, 0)
-    mode = os.environ.get("BONSAI_CPU_WEIGHTS", "lanes (default)")
+    mode = os.environ.get("BONSAI_CPU_WEIGHTS", "stream (default)")
     if loaded is None:
         sys.exit(f"no decode step seen; stderr:\n{buf}")
     gb = lambda k: mem.get(k, 0) / 1e9
