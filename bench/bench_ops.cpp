@@ -12,6 +12,7 @@
 #include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/gdn_chunked.h"
 #include "kernels/ref/ref_backend.h"
+#include "runtime/bandwidth.h"
 #include "runtime/cpu_features.h"
 
 namespace bonsai::bench {
@@ -88,6 +89,50 @@ void BM_gdn_step_stream(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * layer * 4 * 2);  // state read + written
 }
 BENCHMARK(BM_gdn_step_stream)->ArgsProduct({{1, 2}, {1, 2}, {0, 1}})->UseRealTime();
+
+// The same with each layer's state where the model puts it: its own
+// CpuBackend::alloc buffer (3 MiB, 2 MiB-aligned huge-page mapping), as in
+// a decode step; range(0): threads; range(1) != 0: between two calls (not
+// timed) the pool streams 128 MiB of other memory, as a decode step's
+// matvecs do between two GDN layers.
+void BM_gdn_step_inplace(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool stream_between = state.range(1) != 0;
+  constexpr size_t kOther = size_t{128} << 20;
+  bench::Bytes other = bench::alloc_bytes(stream_between ? kOther : 64, true);
+  if (stream_between) bench::fill_random(other.get(), kOther, 9);
+  uint64_t sink[8] = {};
+  GdnShape s{16, 48, 128, 128, 1e-6f};
+  const int64_t width = 2 * 16 * 128 + 48 * 128, layer = 48 * 128 * 128, layers = 48;
+  auto conv = randn(width, 3), g = randn(48, 4), beta = randn(48, 5);
+  for (auto& v : g) v = -std::fabs(v) * 0.1f;
+  for (auto& v : beta) v = 0.5f;
+  CpuBackend be(threads, Isa::Avx512, cpu::Precision::Faithful);
+  std::vector<float*> st(layers);
+  for (auto& p : st) {
+    p = be.alloc(static_cast<size_t>(layer));
+    std::fill(p, p + layer, 0.01f);
+  }
+  std::vector<float> out(48 * 128);
+  int64_t l = 0;
+  ThreadPool& tp = bench::pool(threads);
+  for (auto _ : state) {
+    if (stream_between) {
+      state.PauseTiming();
+      tp.parallel_for(kOther / (2 << 20), [&](int64_t t, int th) {
+        sink[th] += sum_bytes(other.get() + t * (2 << 20), 2 << 20);
+      });
+      state.ResumeTiming();
+    }
+    be.gdn_recurrence(conv.data(), g.data(), beta.data(), st[l], out.data(), 1, s);
+    benchmark::DoNotOptimize(out.data());
+    l = (l + 1) % layers;
+  }
+  benchmark::DoNotOptimize(sink);
+  for (auto p : st) be.release(p);
+  state.SetBytesProcessed(state.iterations() * layer * 4 * 2);
+}
+BENCHMARK(BM_gdn_step_inplace)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime();
 
 // The GDN causal conv + SiLU at the 27B's 10240 channels (4 taps), one token:
 // the reference loop vs the CPU backend (AVX2, threaded); and the SwiGLU site
