@@ -217,7 +217,9 @@ TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
 // (row, token, k-block) and add T·(d·s) in k-block order, so with the same k ranges (the mma
 // kernel's plan, forced on the wgmma kernel) the results are equal bit for bit. (The wgmma
 // kernel's own plan may pick other ranges; EveryTernaryFormatMatchesReference checks that path
-// against the reference.)
+// against the reference.) The mma kernel runs the staging of BONSAI_CUDA_GEMM_STAGE; the wgmma
+// side does not depend on it, so passing under STAGE=0 and under STAGE=1 shows the two stagings
+// equal bit for bit on these launches.
 TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
   int dev = 0, major = 0, minor = 0, sms = 0;
   cudaGetDevice(&dev);

@@ -7,11 +7,13 @@
 // tiles, so the 2-bit unpack costs half as much per MMA as with 64 rows x 16 tokens. Each
 // 128-column k-block is one pipeline stage, staged in shared memory with cp.async
 // (kStages deep): the 8 weight chunks exactly as stored (codes + scales), the 64 tokens'
-// 256 quantized bytes (rows padded by 16 bytes so that the B-fragment loads of 8 tokens
-// hit distinct banks) and their float4 meta. Rows past the weight's stored tiles and
-// tokens past t are zero-filled (scale 0: they add nothing). By default (MB) each stage is
-// handed over by mbarriers (its copies landed / all warps done with it), not by a block
-// barrier per k-block.
+// 256 quantized bytes and their float4 meta. The activation rows are laid out one of two
+// ways (XS, BONSAI_CUDA_GEMM_STAGE): 0, rows padded by 16 bytes so that the B-fragment loads
+// of 8 tokens hit distinct banks; 1, rows of 256 bytes with the two 16-byte halves of every
+// 32-byte piece swapped in odd tokens (the same banks property, below). Rows past the
+// weight's stored tiles and tokens past t are zero-filled (scale 0: they add nothing). By
+// default (MB) each stage is handed over by mbarriers (its copies landed / all warps done
+// with it), not by a block barrier per k-block.
 //
 // Numerics are the matvec's (tile_layout.h): per k-block (or 64-column half when
 // groups == 2) the integer dot products Σc·hi and Σc·lo are exact; both chains start from
@@ -33,13 +35,24 @@ namespace {
 constexpr int kStages = 4;
 constexpr int kThreads = 256;
 constexpr int kBlockTiles = kGemmRows / kTileRows;  // 8
-constexpr int kActPitch = kActBytes + 16;           // shared-memory bytes per token
+// Shared-memory bytes per staged token. XS = 0: padded by 16 bytes, so token r's row starts at
+// 16·r mod 128 and the 8 tokens x 4 lanes of a B-fragment load (32 bytes at 32·tig of each
+// row) spread over all banks; but then every odd token's row starts 16 bytes into a 32-byte
+// unit, and each 32-byte sector a cp.async reads from global memory lands split over two
+// 32-byte units of shared memory (the excess L2 sectors and shared wavefronts ncu counts on
+// the activation's LDGSTS). XS = 1: rows of 256 bytes (all sector-aligned, a warp's copies of
+// two tokens one contiguous 512-byte run) with the halves of each 32-byte piece swapped in odd
+// tokens (byte b of the row at b ^ 16): a sector still lands whole in one 32-byte unit, and
+// token r's half h sits at 16·(h ^ (r & 1)), so tokens g and g + 1 of a load again read
+// disjoint 16-byte bank groups.
+template <int XS>
+constexpr int kActPitch = XS ? kActBytes : kActBytes + 16;
 
-template <int G>
+template <int G, int XS>
 struct GemmSmem {
   static constexpr int kCB = kCodeBytes + 32 * G;  // one stored chunk
   static constexpr int kW = kBlockTiles * kCB;
-  static constexpr int kX = kGemmTokens * kActPitch;
+  static constexpr int kX = kGemmTokens * kActPitch<XS>;
   static constexpr int kM = kGemmTokens * 16;
   static constexpr int kStage = kW + kX + kM;
   static constexpr int kBytes = kStages * kStage;
@@ -100,11 +113,13 @@ constexpr float kMagic = kFlushMagic;
 // a k-block arrives on its slot's "empty" barrier; each thread refills a slot two k-blocks
 // ahead once all 8 warps have left it (by then the slowest warp is usually done), so warps
 // wait only for data, not for each other.
-template <int G, int OCC, int MB>
+// XS: the activation's shared-memory layout (kActPitch above).
+template <int G, int OCC, int MB, int XS>
 __global__ void __launch_bounds__(kThreads, OCC)
     gemm_tiled_kernel(TiledJobs jobs, GemmPlan plan, const uint8_t* __restrict__ xq,
                       const float4* __restrict__ meta, int t, int kblocks) {
-  using S = GemmSmem<G>;
+  using S = GemmSmem<G, XS>;
+  constexpr int kPitch = kActPitch<XS>;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
@@ -132,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, OCC)
   // Straight-line staging: every thread issues a fixed set of copies per stage, whose
   // sources at k-block 0 are computed here once, so a stage only adds kb times a constant
   // stride. Smem destinations: the 8 chunks are contiguous, so weight piece p lands at
-  // p·16; token tk's 16 pieces at kW + tk·kActPitch. Zero-filled copies (tiles past the
+  // p·16; token tk's 16 pieces at kW + tk·kPitch (XS = 1: piece u of an odd token at u ^ 1,
+  // tk + 16·j has tk's parity). Zero-filled copies (tiles past the
   // stored ones, tokens past t) read from tile 0 / token 0 instead, which stays in bounds.
   constexpr int kWp = S::kW / 16;  // weight pieces: 272 (G = 1), 288 (G = 2)
   constexpr int kChunkPieces = S::kCB / 16;
@@ -164,12 +180,11 @@ __global__ void __launch_bounds__(kThreads, OCC)
     cp_async16(st + tid * 16, wbase + (woff[0] + wk), (wok & 1) ? 16 : 0);
     if (tid < kWp - kThreads)
       cp_async16(st + (tid + kThreads) * 16, wbase + (woff[1] + wk), (wok & 2) ? 16 : 0);
-    const uint32_t xdst = st + S::kW + xtk * kActPitch + xpiece * 16, xk = kb * kActBytes;
+    const uint32_t xdst = st + S::kW + xtk * kPitch + (xpiece ^ (XS ? xtk & 1 : 0)) * 16, xk = kb * kActBytes;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const bool ok = j < xn;  // else token 0's row, in bounds
-      cp_async16(xdst + j * 16 * kActPitch, xq + ((ok ? xoff + j * 16 * xrow : xpiece * 16u) + xk),
-                 ok ? 16 : 0);
+      cp_async16(xdst + j * 16 * kPitch, xq + ((ok ? xoff + j * 16 * xrow : xpiece * 16u) + xk), ok ? 16 : 0);
     }
     if (tid < kGemmTokens) cp_async16(st + S::kW + S::kX + tid * 16, meta + (moff + kb), mok ? 16 : 0);
   };
@@ -254,12 +269,16 @@ __global__ void __launch_bounds__(kThreads, OCC)
 
 #pragma unroll
     for (int jn = 0; jn < 4; ++jn) {
-      // B fragments: token column g of n tile jn, hi and lo words of all four k-steps.
+      // B fragments: token column g of n tile jn, hi and lo words of all four k-steps: bytes
+      // [32·tig, 32·tig + 32) of the hi and lo halves, the 16-byte halves at o0 and o1
+      // (swapped for odd tokens when XS = 1; tk is even, so token tk + g has g's parity).
       const int tk = wn * 32 + jn * 8;
-      const uint8_t* xr = st + S::kW + (tk + g) * kActPitch + tig * 32;
-      const uint4 h0 = *reinterpret_cast<const uint4*>(xr), h1 = *reinterpret_cast<const uint4*>(xr + 16);
-      const uint4 l0 = *reinterpret_cast<const uint4*>(xr + 128),
-                  l1 = *reinterpret_cast<const uint4*>(xr + 144);
+      const int o0 = tig * 32 + (XS ? (g & 1) * 16 : 0), o1 = tig * 32 + (XS ? (~g & 1) * 16 : 16);
+      const uint8_t* xr = st + S::kW + (tk + g) * kPitch;
+      const uint4 h0 = *reinterpret_cast<const uint4*>(xr + o0),
+                  h1 = *reinterpret_cast<const uint4*>(xr + o1);
+      const uint4 l0 = *reinterpret_cast<const uint4*>(xr + 128 + o0),
+                  l1 = *reinterpret_cast<const uint4*>(xr + 128 + o1);
       const uint32_t bh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
       const uint32_t bl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
       float sc[2], mq[2][G];
@@ -440,19 +459,29 @@ int gemm_occupancy() {
   return occ;
 }
 
-template <int G, int OCC, int MB>
-void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t, int kblocks,
-              float* partial, cudaStream_t s) {
+template <int G, int OCC, int MB, int XS>
+void run_gemm_xs(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
+                 int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
   int blocks = plan.block_start[kMaxJobs];
-  constexpr int smem = GemmSmem<G>::kBytes + (MB ? 16 * kStages : 0);  // + MB's mbarriers
-  cudaFuncSetAttribute(gemm_tiled_kernel<G, OCC, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  constexpr int smem = GemmSmem<G, XS>::kBytes + (MB ? 16 * kStages : 0);  // + MB's mbarriers
+  cudaFuncSetAttribute(gemm_tiled_kernel<G, OCC, MB, XS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens), static_cast<unsigned>(blocks),
                   static_cast<unsigned>(splits));
-  launch(gemm_tiled_kernel<G, OCC, MB>, grid, kThreads, smem, s, jobs, plan, xq, meta, t, kblocks);
+  launch(gemm_tiled_kernel<G, OCC, MB, XS>, grid, kThreads, smem, s, jobs, plan, xq, meta, t, kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
+}
+
+// The activation staging of BONSAI_CUDA_GEMM_STAGE (gemm_stage(): 0 or 1; kActPitch).
+template <int G, int OCC, int MB>
+void run_gemm(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t, int kblocks,
+              float* partial, cudaStream_t s) {
+  if (gemm_stage() == 1)
+    run_gemm_xs<G, OCC, MB, 1>(plan, jobs, xq, meta, t, kblocks, partial, s);
+  else
+    run_gemm_xs<G, OCC, MB, 0>(plan, jobs, xq, meta, t, kblocks, partial, s);
 }
 
 template <int ST, int NW, int SW>

@@ -23,6 +23,10 @@ inline constexpr int kGemmMinTokens = 12;
 // value are errors). Read once per process.
 enum class GemmKernel { mma, wgmma };
 GemmKernel gemm_kernel();
+// The mma.sync kernel's activation staging in shared memory (gemm.cu, kActPitch): 1 (the
+// default), 256-byte rows with swapped 16-byte halves in odd tokens; 0, rows padded by 16
+// bytes (before). BONSAI_CUDA_GEMM_STAGE=0|1 (any other value is an error). Read once per process.
+int gemm_stage();
 
 // Floats of split-K partial sums gemm_tiled needs for these jobs (0: none).
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count);

@@ -1,4 +1,5 @@
-// BONSAI_CUDA_GEMM: which kernel runs the prefill GEMM (kernels/cuda/gemm.h, gemm_kernel).
+// BONSAI_CUDA_GEMM: which kernel runs the prefill GEMM (kernels/cuda/gemm.h, gemm_kernel);
+// BONSAI_CUDA_GEMM_STAGE: the mma.sync kernel's activation staging (gemm_stage).
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
@@ -31,6 +32,19 @@ GemmKernel gemm_kernel() {
     return GemmKernel::wgmma;
   }();
   return choice;
+}
+
+int gemm_stage() {
+  static const int stage = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_STAGE");
+    const std::string_view v = e ? e : "";
+    // Default 1 (256-byte rows, no split sectors): all 27B matmuls at t = 512 1 % faster, pp512
+    // +0.9 % on the H200 (docs/performance.md, "Prefill GEMM"); 0 keeps the padded rows.
+    if (v.empty() || v == "1") return 1;
+    if (v == "0") return 0;
+    fail("BONSAI_CUDA_GEMM_STAGE: '{}' is not an activation staging of the mma.sync GEMM (0 or 1)", v);
+  }();
+  return stage;
 }
 
 }  // namespace bonsai::cuda
