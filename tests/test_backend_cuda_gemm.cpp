@@ -211,7 +211,8 @@ TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
   for (TernaryWeight* h : hs) be_->unprepare(h->w);
 }
 
-// The wgmma kernel (Hopper) against the mma.sync kernel on the same tiled weights and quantized
+// The wgmma kernels (Hopper: the producer warp's bulk / TMA feed and the consumers' cp.async)
+// against the mma.sync kernel on the same tiled weights and quantized
 // activations: several weights per launch, partial tiles and token blocks, codes 0..3, zero
 // scales, an all-zero token, one k range and several. Both form the same exact integer per
 // (row, token, k-block) and add T·(d·s) in k-block order, so with the same k ranges (the mma
@@ -283,9 +284,12 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
       const size_t scratch =
           std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms), static_cast<size_t>(ranges) * t * rows);
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
-      std::vector<std::vector<float>> ys[2];
-      for (int v = 0; v < 2; ++v) {
-        const auto kernel = v ? cuda::GemmKernel::wgmma : cuda::GemmKernel::mma;
+      // mma, then both wgmma kernels (the producer warp's bulk / TMA feed, the consumers' cp.async).
+      const cuda::GemmKernel kernels[] = {cuda::GemmKernel::mma, cuda::GemmKernel::wgmma,
+                                          cuda::GemmKernel::wgmma_cp};
+      std::vector<std::vector<float>> ys[3];
+      for (int v = 0; v < 3; ++v) {
+        const auto kernel = kernels[v];
         cuda::TiledJobs run = jobs;
         for (int j = 0; j < jobs.count; ++j) {
           run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
@@ -299,13 +303,14 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
         }
       }
       (ranges > 1 ? split_launches : whole_launches)++;
-      for (int j = 0; j < jobs.count; ++j)
-        for (size_t i = 0; i < ys[0][j].size(); ++i) {
-          const float a = ys[0][j][i], b = ys[1][j][i];
-          ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
-          ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
-              << "k " << k << " t " << t << " job " << j << " i " << i << ": " << a << " vs " << b;
-        }
+      for (int v = 1; v < 3; ++v)
+        for (int j = 0; j < jobs.count; ++j)
+          for (size_t i = 0; i < ys[0][j].size(); ++i) {
+            const float a = ys[0][j][i], b = ys[v][j][i];
+            ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
+            ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "kernel " << v << " k " << k << " t " << t << " job " << j
+                                                 << " i " << i << ": " << a << " vs " << b;
+          }
     }
     for (void* p : mem) cudaFree(p);
   }

@@ -23,6 +23,7 @@
 // (|T| <= 2·128·32639 < 2^24), and added as T·(d·s) like the matvec does.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
@@ -368,6 +369,7 @@ __global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
 }  // namespace bonsai::cuda
 
 #include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/gemm_wgmma_tma.cuh"
 
 namespace bonsai::cuda {
 namespace {
@@ -498,6 +500,27 @@ void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, con
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
+// The producer-warp kernel (gemm_wgmma_tma.cuh) on this launch's token range: the tensor maps
+// (gemm_select.cpp) describe its t tokens from xq / meta.
+template <int ST>
+void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
+                        int kblocks, float* partial, cudaStream_t s) {
+  const int splits = gemm_splits(plan, kblocks);
+  if (splits > 1) plan.partial = partial;
+  const GemmTensorMaps maps = gemm_tensor_maps(xq, meta, t, kblocks);
+  static_assert(sizeof(CUtensorMap) == sizeof maps.act && sizeof(CUtensorMap) == sizeof maps.meta);
+  CUtensorMap xmap, mmap;
+  std::memcpy(&xmap, maps.act, sizeof xmap);
+  std::memcpy(&mmap, maps.meta, sizeof mmap);
+  constexpr int smem = GemmSmemT<ST>::kBytes + GemmSmemT<ST>::kBars + 256;  // + the mbarriers, alignment
+  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
+                  static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
+  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_wgmma_tma_kernel<ST>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t, kblocks);
+  if (splits > 1)
+    launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
+}
+
 // BONSAI_CUDA_GEMM_WG_SW=0 (measurements): the activation staged as 16-byte core-matrix pieces
 // instead of for the 32-byte swizzle (H200, all 27B matmuls at t = 512: 138.7 against 118.6 ms).
 // Also measured, not dispatched: 9 stages (143.9 ms with SW=0) and four warpgroups of 32 tokens
@@ -511,7 +534,7 @@ bool wgmma_swizzle() {
 }
 
 // The wgmma kernel runs 128-column groups (every 27B weight); Q2_0's 64-column groups stay on mma.sync.
-bool use_wgmma(int groups, GemmKernel kernel) { return groups == 1 && kernel == GemmKernel::wgmma; }
+bool use_wgmma(int groups, GemmKernel kernel) { return groups == 1 && kernel != GemmKernel::mma; }
 int slots_for(int groups, GemmKernel kernel) { return use_wgmma(groups, kernel) ? 1 : 2; }
 
 // The kernel addresses the activation with 32-bit offsets: it runs on ranges of at most
@@ -559,7 +582,12 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     const float4* m = meta + static_cast<size_t>(t0) * kblocks;
     GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
     if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
-    if (use_wgmma(groups, kernel)) {
+    if (use_wgmma(groups, kernel) && kernel == GemmKernel::wgmma) {
+      if (gemm_wg_stages() == 4)
+        run_gemm_wgmma_tma<4>(p, part, x, m, n, kblocks, partial, s);
+      else
+        run_gemm_wgmma_tma<8>(p, part, x, m, n, kblocks, partial, s);
+    } else if (use_wgmma(groups, kernel)) {
       if (wgmma_swizzle())
         run_gemm_wgmma<6, 64, 1>(p, part, x, m, n, kblocks, partial, s);
       else

@@ -17,12 +17,28 @@ inline constexpr int kGemmTokens = 64;  // tokens per block
 // Below this many tokens the matvec (weights streamed once per 4 tokens) is as fast.
 inline constexpr int kGemmMinTokens = 12;
 
-// Which kernel runs the GEMM: mma (mma.sync, any device; the default) or wgmma (Hopper's
-// warpgroup MMA; compute capability 9.0, where the sm_90a build runs; bit-identical, not yet
-// faster). BONSAI_CUDA_GEMM=wgmma|mma picks one (wgmma where it is not available and any other
-// value are errors). Read once per process.
-enum class GemmKernel { mma, wgmma };
+// Which kernel runs the GEMM: mma (mma.sync, any device; the default) or wgmma / wgmma_cp
+// (Hopper's warpgroup MMA; compute capability 9.0, where the sm_90a build runs; not faster end
+// to end yet). BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp picks one (a wgmma kernel where it is not
+// available and any other value are errors). Read once per process. wgmma: a producer warp
+// feeds the ring with bulk / TMA copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel
+// whose consumer threads issue cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the
+// same k ranges.
+enum class GemmKernel { mma, wgmma, wgmma_cp };
 GemmKernel gemm_kernel();
+// The wgmma producer kernel's ring depth: 8 (default) or 4, BONSAI_CUDA_GEMM_WG_STAGES (any other
+// value is an error). Read once per process.
+int gemm_wg_stages();
+// The wgmma producer kernel's two CUtensorMaps (128 bytes each, kept opaque here so that this
+// header needs no cuda.h) for a launch over t tokens: act = xq [t][kblocks·256] bytes, box 32
+// bytes x kGemmTokens tokens, 32-byte swizzle; meta = [t][kblocks] float4 as [t][4·kblocks]
+// floats, box 4 x kGemmTokens, no swizzle. Tokens past t read as zeros. A failed encode is a
+// bonsai::Error.
+struct GemmTensorMaps {
+  alignas(64) unsigned char act[128];
+  alignas(64) unsigned char meta[128];
+};
+GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks);
 // The mma.sync kernel's activation staging in shared memory (gemm.cu, kActPitch): 1 (the
 // default), 256-byte rows with swapped 16-byte halves in odd tokens; 0, rows padded by 16
 // bytes (before). BONSAI_CUDA_GEMM_STAGE=0|1 (any other value is an error). Read once per process.

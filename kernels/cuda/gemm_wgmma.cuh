@@ -29,7 +29,8 @@
 // Status (H200, docs/performance.md "Prefill GEMM", wgmma): bit-identical to the mma.sync
 // kernel for the same k ranges; all 27B matmuls at t = 512 in 118.6 ms against 103.4 (94-110
 // against ~120-128 T weight x token MAC/s), though the same loop without global memory runs
-// at 277 T (tools/cuda/wgmma_peak.cu). Not the default.
+// at 277 T (tools/cuda/wgmma_peak.cu). BONSAI_CUDA_GEMM=wgmma_cp since session 5, when the
+// producer-warp kernel (gemm_wgmma_tma.cuh, 102.0 ms) took over `wgmma`. Not the default.
 #pragma once
 
 #include "kernels/cuda/wgmma.cuh"
