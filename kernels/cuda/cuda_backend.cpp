@@ -84,6 +84,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
          device, m.prop.name, m.prop.major, m.prop.minor);
   m.mv_evict = env_flag("BONSAI_CUDA_MV_EVICT", m.mv_evict);
   m.gdn_stream = env_flag("BONSAI_CUDA_GDN_STREAM", m.gdn_stream);
+  cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
+  cuda::matvec_ws_variant();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   m.step_mem = device_alloc(2 * sizeof(int), "step parameters");
   m.step_dev = static_cast<int*>(m.step_mem.get());

@@ -35,11 +35,30 @@ void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, c
 // leaves them zero). Both sized by matvec_tiled_scratch for the same jobs, t, k, SM count.
 void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
                           size_t* counters);
-// evict_first: the Hopper bulk path's weight copies carry an L2 evict-first policy (each
-// weight byte is read once per launch), as the register-staged path's __ldcs loads do; the
-// results do not depend on it.
+// Which kernel runs matvec_tiled (kernels/cuda/matvec.cu, matvec_ws.cu): legacy (weights
+// staged in registers; any device), bulk (Hopper: each warp streams its weights through a
+// ring of bulk copies in shared memory), ws (Hopper: warp-specialized, producer warps fill
+// the 8 consumer warps' rings; where its shared memory does not fit, the launch runs bulk).
+// Same plan and summation order: all three give the same floats. BONSAI_CUDA_MV=ws|bulk|legacy picks one
+// (any other value, or bulk / ws on a device without sm_90 code, is an error); the default
+// is the fastest available (matvec_select.cpp). Read once per process.
+enum class MatvecKernel { legacy, bulk, ws };
+MatvecKernel matvec_kernel();
+bool matvec_kernel_available(MatvecKernel kernel);
+// Variant of the ws kernel's protocol, BONSAI_CUDA_MV_WS (0..31, a bit mask, default 8; any
+// other value is an error; all variants bit-identical; matvec_ws.cu): 1 consumers release a
+// slot after its math, 2 the producer's lanes wait together, 4 the activation staged in shared
+// memory, 8 two producer warps (else one), 16 no activation prefetch. Read once per process.
+int matvec_ws_variant();
+// evict_first: the Hopper paths' weight copies carry an L2 evict-first policy (each weight
+// byte is read once per launch), as the register-staged path's __ldcs loads do; the results
+// do not depend on it. kernel: matvec_kernel() unless a test compares the kernels.
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first = false);
+                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first = false,
+                  MatvecKernel kernel = matvec_kernel());
+// Ring slots per consumer warp the ws kernel uses for t tokens at k columns (tests; 0: such a
+// launch runs the bulk kernel instead).
+int matvec_ws_ring(int groups, int t, int64_t k);
 // Raw 2-bit rows [rows][row_bytes] (PQ2_0 / Q2_0 layout; groups 1 = 128-blocks, 2 = 64-blocks) ->
 // tiles of `dst` (rows padded to a multiple of 32). `rows` counts from a multiple of 32.
 void repack_tiled(const uint8_t* src, size_t row_bytes, int64_t rows, int64_t k, int groups, uint8_t* dst,

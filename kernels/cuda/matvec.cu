@@ -1,17 +1,20 @@
 // Ternary matvec on the int8 tensor cores and the activation quantizer. Layouts:
 // kernels/cuda/tile_layout.h. The file-layout side (load-time repack, raw matvec for
-// small float tensors, embedding gather) is in matvec_raw.cu.
+// small float tensors, embedding gather) is in matvec_raw.cu; the warp-specialized Hopper
+// kernel in matvec_ws.cu; the pieces the kernels share in matvec_common.cuh.
 #include <algorithm>
 #include <cstdlib>
-#include <string_view>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/matvec_common.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai::cuda {
 namespace {
+
+using namespace mv;  // NOLINT: the kernels' shared constants and helpers
 
 // ---- activation quantization ------------------------------------------------------
 
@@ -29,31 +32,7 @@ __global__ void quantize_kernel(const float* __restrict__ x, uint8_t* __restrict
 
 // ---- tiled ternary matvec ----------------------------------------------------------------
 
-__device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-constexpr int kWarps = 8;  // warps per block
-constexpr int kDepth = 2;  // k-blocks each warp has in flight (2 KB of weights each)
-constexpr int kTok = 4;    // tokens per pass: B columns 2i, 2i+1 are token i's hi, lo
-constexpr int kBlocksPerSm = 2;
-constexpr int kMaxRing = 8;  // bulk path: most unit slots per warp
-
-// Persistent streaming: the (pair, k-block) units of all jobs, pair-major, are cut into
-// one contiguous range of `per_warp` units per warp (a single wave of blocks). A warp
-// streams its range through a rolling pipeline of kDepth loads and, at each pair it
-// finishes, writes y directly (it covered the whole pair) or a partial sum into slot
-// (pair, its rank among the pair's warps); the last of those warps to arrive adds the
-// slots in rank order (deterministic) and resets the pair's counter.
-struct StreamPlan {
-  int per_warp = 0, units = 0, pairs = 0, slots = 0;  // slots: most warps sharing one pair
-  int ring = 0;                                       // bulk path: unit slots per warp
-  int unit_start[kMaxJobs + 1] = {};
-  int pair_start[kMaxJobs + 1] = {};
-};
+constexpr int kDepth = 2;  // register-staged path: k-blocks each warp has in flight (2 KB each)
 
 template <int G>
 struct Stage {
@@ -271,75 +250,6 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 // 0's expect_tx; the copies complete the phase). A slot is refilled as soon as the warp has
 // read it into registers, before computing on it.
 
-struct XStage {
-  uint4 x[2];  // this lane's B words (zero for lanes without a column)
-  float4 m;    // {s0, s1, Σq0, Σq1} of the lane's token
-};
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-// bulk_load with an L2 evict-first policy: lines read once should be the first to go.
-__device__ __forceinline__ void bulk_load_evict_first(uint32_t dst, const void* src, uint32_t bytes,
-                                                      uint32_t bar) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::
-          "r"(bar),
-      "r"(parity)
-      : "memory");
-}
-#endif
-
-// acc[tile][row g, row g + 8] (token tig) += one unit: four tiles' chunks of one k-block.
-template <int G>
-__device__ __forceinline__ void unit_dot(float (&acc)[kWarpTiles][2], const uint4 (&w)[kWarpTiles],
-                                         const uint32_t (&sc)[kWarpTiles][G], const XStage& d) {
-  const uint32_t xb[8] = {d.x[0].x, d.x[0].y, d.x[0].z, d.x[0].w, d.x[1].x, d.x[1].y, d.x[1].z, d.x[1].w};
-  const int sq0 = __float_as_int(d.m.z), sq1 = __float_as_int(d.m.w);
-#pragma unroll
-  for (int tile = 0; tile < kWarpTiles; ++tile) {
-    const uint32_t wd[4] = {w[tile].x, w[tile].y, w[tile].z, w[tile].w};
-    int c[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint32_t v = wd[q], mask = 0x03030303u;
-      mma_u8s8(c, v & mask, (v >> 2) & mask, (v >> 4) & mask, (v >> 6) & mask, xb[2 * q], xb[2 * q + 1]);
-      if (G == 2 && q == 1) {  // 64-column weight groups: flush each half
-        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][0]));
-        acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq0) * (dd.x * d.m.x);
-        acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq0) * (dd.y * d.m.x);
-        c[0] = c[1] = c[2] = c[3] = 0;
-      }
-    }
-    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][G - 1]));
-    const int sq = G == 2 ? sq1 : sq0 + sq1;
-    acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (dd.x * d.m.y);
-    acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq) * (dd.y * d.m.y);
-  }
-}
-
 template <int G, bool kEvictFirst>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     matvec_bulk_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
@@ -542,12 +452,12 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 #endif
 }
 
-// Tuning of the matvec, read once per process: BONSAI_CUDA_MV=legacy selects the register-
-// staged kernel on Hopper too; BONSAI_CUDA_MV_RING (1..8, default 4) unit slots per warp;
+// Tuning of the matvec, read once per process (the kernel itself: matvec_kernel(),
+// matvec_select.cpp): BONSAI_CUDA_MV_RING (1..8, default 4) unit slots per warp (the ws
+// kernel takes fewer where its shared memory would not fit, at least 2);
 // BONSAI_CUDA_MV_MIN (default 1) the fewest units per warp (fewer, longer ranges: fewer
 // split fix-ups on small matrices); BONSAI_CUDA_MV_BPS (1..2) blocks per SM.
 struct MatvecConfig {
-  bool bulk = false;
   int ring = 4, min_units = 1;
   int blocks_per_sm = kBlocksPerSm;  // persistent blocks per SM the work is spread over
 };
@@ -561,21 +471,6 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 const MatvecConfig& matvec_config() {
   static const MatvecConfig cfg = [] {
     MatvecConfig c;
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    const char* mode = std::getenv("BONSAI_CUDA_MV");
-    // The bulk kernel has a body only in code built for sm_90+. Compute capability 9.x runs
-    // the sm_90a build; a newer GPU runs the portable compute_80 PTX (JIT), whose bulk kernel
-    // is a __trap() stub, unless the binary was built for its architecture (ptxVersion).
-    bool sm90_code = major == 9;
-    if (major > 9) {
-      cudaFuncAttributes fa{};
-      sm90_code =
-          cudaFuncGetAttributes(&fa, matvec_bulk_kernel<1, false>) == cudaSuccess && fa.ptxVersion >= 90;
-      cudaGetLastError();  // a failed query is not an error of the next launch
-    }
-    c.bulk = sm90_code && !(mode && std::string_view(mode) == "legacy");
     c.ring = env_int("BONSAI_CUDA_MV_RING", 4, 1, kMaxRing);
     c.min_units = env_int("BONSAI_CUDA_MV_MIN", 1, 1, 1 << 20);
     c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
@@ -610,12 +505,15 @@ unsigned stream_blocks(const StreamPlan& p) {
 template <int G>
 void launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                    const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                   bool evict_first) {
-  if (matvec_config().bulk) {
+                   bool evict_first, MatvecKernel kernel) {
+  if (kernel == MatvecKernel::ws && launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial,
+                                                     counters, s, evict_first, matvec_config().blocks_per_sm))
+    return;
+  if (kernel != MatvecKernel::legacy) {  // bulk, or ws whose shared memory does not fit
     const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
-    auto* kernel = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    launch(kernel, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+    auto* k = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters);
   } else {
     launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
   }
@@ -638,14 +536,40 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 }
 
 void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first) {
+                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first,
+                  MatvecKernel kernel) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
-    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first);
+    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel);
   else
-    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first);
+    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel);
+}
+
+int matvec_ws_ring(int groups, int t, int64_t k) {
+  return matvec_ws_slots(groups, matvec_config().ring, t, static_cast<int>(k / kBlockK),
+                         matvec_config().blocks_per_sm);
+}
+
+bool matvec_kernel_available(MatvecKernel kernel) {
+  if (kernel == MatvecKernel::legacy) return true;
+  static const bool sm90_code = [] {
+    // The bulk and ws kernels have a body only in code built for sm_90+. Compute capability
+    // 9.x runs the sm_90a build; a newer GPU runs the portable compute_80 PTX (JIT), whose
+    // kernels are __trap() stubs, unless the binary was built for its architecture (ptxVersion).
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major < 9) return false;
+    if (major == 9) return true;
+    cudaFuncAttributes fa{};
+    const bool ok =
+        cudaFuncGetAttributes(&fa, matvec_bulk_kernel<1, false>) == cudaSuccess && fa.ptxVersion >= 90;
+    cudaGetLastError();  // a failed query is not an error of the next launch
+    return ok;
+  }();
+  return sm90_code;
 }
 
 }  // namespace bonsai::cuda

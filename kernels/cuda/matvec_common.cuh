@@ -1,0 +1,196 @@
+// Pieces shared by the ternary matvec kernels (kernels/cuda/matvec.cu: register-staged and
+// bulk-ring kernels; kernels/cuda/matvec_ws.cu: the warp-specialized kernel): the work plan,
+// the tensor-core dot product of one unit, the split fix-up, and the mbarrier / bulk-copy
+// wrappers. Layouts: kernels/cuda/tile_layout.h.
+#pragma once
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/tile_layout.h"
+
+namespace bonsai::cuda::mv {
+
+inline constexpr int kWarps = 8;  // (consumer) warps per block: the plan's unit ranges
+inline constexpr int kTok = 4;    // tokens per pass: B columns 2i, 2i+1 are token i's hi, lo
+inline constexpr int kBlocksPerSm = 2;
+inline constexpr int kMaxRing = 8;  // bulk / ws paths: most unit slots per warp
+
+// Persistent streaming: the (pair, k-block) units of all jobs, pair-major, are cut into
+// one contiguous range of `per_warp` units per warp (a single wave of blocks). A warp
+// streams its range and, at each pair it finishes, writes y directly (it covered the whole
+// pair) or a partial sum into slot (pair, its rank among the pair's warps); the last of
+// those warps to arrive adds the slots in rank order (deterministic) and resets the pair's
+// counter. Unit u of the launch is global pair u / kblocks, k-block u % kblocks.
+struct StreamPlan {
+  int per_warp = 0, units = 0, pairs = 0, slots = 0;  // slots: most warps sharing one pair
+  int ring = 0;                                       // bulk / ws paths: unit slots per warp
+  int unit_start[kMaxJobs + 1] = {};
+  int pair_start[kMaxJobs + 1] = {};
+};
+
+// This lane's activation words of one 128-column block.
+struct XStage {
+  uint4 x[2];  // this lane's B words (zero for lanes without a column)
+  float4 m;    // {s0, s1, Σq0, Σq1} of the lane's token
+};
+
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// acc[tile][row g, row g + 8] (token tig) += one unit: four tiles' chunks of one k-block.
+template <int G>
+__device__ __forceinline__ void unit_dot(float (&acc)[kWarpTiles][2], const uint4 (&w)[kWarpTiles],
+                                         const uint32_t (&sc)[kWarpTiles][G], const XStage& d) {
+  const uint32_t xb[8] = {d.x[0].x, d.x[0].y, d.x[0].z, d.x[0].w, d.x[1].x, d.x[1].y, d.x[1].z, d.x[1].w};
+  const int sq0 = __float_as_int(d.m.z), sq1 = __float_as_int(d.m.w);
+#pragma unroll
+  for (int tile = 0; tile < kWarpTiles; ++tile) {
+    const uint32_t wd[4] = {w[tile].x, w[tile].y, w[tile].z, w[tile].w};
+    // One activation scale per 128 columns (quantize_block): with one weight scale too
+    // (G == 1) the four k-steps share one integer accumulator and one flush.
+    int c[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t v = wd[q], mask = 0x03030303u;
+      mma_u8s8(c, v & mask, (v >> 2) & mask, (v >> 4) & mask, (v >> 6) & mask, xb[2 * q], xb[2 * q + 1]);
+      if (G == 2 && q == 1) {  // 64-column weight groups: flush each half
+        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][0]));
+        acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq0) * (dd.x * d.m.x);
+        acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq0) * (dd.y * d.m.x);
+        c[0] = c[1] = c[2] = c[3] = 0;
+      }
+    }
+    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][G - 1]));
+    const int sq = G == 2 ? sq1 : sq0 + sq1;
+    acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (dd.x * d.m.y);
+    acc[tile][1] += static_cast<float>(256 * c[2] + c[3] - sq) * (dd.y * d.m.y);
+  }
+}
+
+// The warp (global index gw, lanes g = lane / 4, tig = lane % 4) is done with its share of
+// global row group `gpair` (group `pair` of job `job`); acc holds its sums over that share
+// and is reset. The warp wrote y itself when its range covered the whole group; otherwise it
+// stores its sums in the group's slot of its rank (ranges first..last meet the group), and
+// the last to arrive adds the slots in rank order (deterministic) into y and resets the
+// group's counter for the next launch.
+__device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const TiledJob& job, int pair,
+                                            int gpair, int gw, const StreamPlan& plan, int kblocks, int tok0,
+                                            int ntok, float* __restrict__ partial, int* counters) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const int p_lo = gpair * kblocks, p_hi = p_lo + kblocks;  // the group's units
+  const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
+  const int row0 = pair * kPairRows;
+  float v[2 * kWarpTiles];
+#pragma unroll
+  for (int i = 0; i < 2 * kWarpTiles; ++i) {
+    v[i] = acc[i / 2][i % 2];
+    acc[i / 2][i % 2] = 0.0f;
+  }
+  auto row_of = [&](int i) { return (i / 2) * kTileRows + g + 8 * (i % 2); };
+  if (first == last) {  // the whole group was ours
+    if (tig < ntok)
+#pragma unroll
+      for (int i = 0; i < 2 * kWarpTiles; ++i)
+        if (row0 + row_of(i) < job.n)
+          job.y[static_cast<size_t>(tok0 + tig) * job.n + row0 + row_of(i)] = v[i];
+    return;
+  }
+  float* slots =
+      partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + gpair) * plan.slots * (kPairRows * kTok);
+#pragma unroll
+  for (int i = 0; i < 2 * kWarpTiles; ++i)
+    slots[(gw - first) * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
+  __threadfence();
+  __syncwarp();
+  int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + gpair;
+  int arrived = 0;
+  if (lane == 0) arrived = atomicAdd(counter, 1);
+  arrived = __shfl_sync(kFullMask, arrived, 0);
+  if (arrived != last - first) return;
+  __threadfence();  // every other slot of the group is visible (written before its fence)
+  // Each lane sums rows lane and 32 + lane over the slots in rank order (deterministic),
+  // the two rows' loads interleaved so that many are in flight.
+  const int nr = last - first + 1;
+  for (int tok = 0; tok < ntok; ++tok) {
+    float s0 = 0.0f, s1 = 0.0f;
+    const float* sl = slots + tok;
+#pragma unroll 8
+    for (int r = 0; r < nr; ++r) {
+      s0 += __ldcg(sl + r * (kPairRows * kTok) + lane * kTok);
+      s1 += __ldcg(sl + r * (kPairRows * kTok) + (32 + lane) * kTok);
+    }
+    if (row0 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + lane] = s0;
+    if (row0 + 32 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + 32 + lane] = s1;
+  }
+  if (lane == 0) *counter = 0;  // ready for the next launch
+}
+
+// ---- mbarriers and the bulk-copy engine (sm_90) ------------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar) {  // arrive count 1
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One arrival (release: this thread's earlier shared-memory reads are done before it counts).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// bulk_load with an L2 cache policy (evict_first_policy: lines read once should be the first to go).
+__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                               uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+// bulk_load with an L2 evict-first policy: lines read once should be the first to go.
+__device__ __forceinline__ void bulk_load_evict_first(uint32_t dst, const void* src, uint32_t bytes,
+                                                      uint32_t bar) {
+  bulk_load_hint(dst, src, bytes, bar, evict_first_policy());
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::
+          "r"(bar),
+      "r"(parity)
+      : "memory");
+}
+#endif
+
+// ---- host side -----------------------------------------------------------------------------
+// The bulk and ws kernels' launchers hand each other the plan (matvec.cu) and the launch;
+// matvec_ws.cu launches the warp-specialized kernel. Returns false (launching nothing) when
+// its shared memory (rings of at least 2 slots + the staged activation) does not fit
+// kBlocksPerSm blocks per SM: then the caller runs the bulk kernel (same results).
+bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
+                      const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
+                      bool evict_first, int blocks_per_sm);
+// Ring slots per consumer warp the ws kernel uses for a launch of t tokens over kblocks
+// k-blocks with `ring` slots asked for and blocks_per_sm blocks per SM (0: it does not fit).
+int matvec_ws_slots(int groups, int ring, int t, int kblocks, int blocks_per_sm);
+
+}  // namespace bonsai::cuda::mv

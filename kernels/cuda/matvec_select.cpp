@@ -1,0 +1,52 @@
+// BONSAI_CUDA_MV: which kernel runs the ternary matvec (kernels/cuda/launch.h, matvec_kernel);
+// BONSAI_CUDA_MV_WS: the ws kernel's protocol variant (matvec_ws_variant).
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
+#include "bonsai/error.h"
+#include "kernels/cuda/launch.h"
+
+namespace bonsai::cuda {
+
+MatvecKernel matvec_kernel() {
+  static const MatvecKernel choice = [] {
+    const char* e = std::getenv("BONSAI_CUDA_MV");
+    const std::string_view v = e ? e : "";
+    MatvecKernel k = MatvecKernel::legacy;
+    if (v.empty()) {
+      // Default ws where the device has it: bit-identical to bulk, tg128 +1 % on the H200
+      // (docs/performance.md, "Warp-specialized matvec").
+      return matvec_kernel_available(MatvecKernel::ws) ? MatvecKernel::ws : MatvecKernel::legacy;
+    }
+    if (v == "ws")
+      k = MatvecKernel::ws;
+    else if (v == "bulk")
+      k = MatvecKernel::bulk;
+    else if (v != "legacy")
+      fail("BONSAI_CUDA_MV: '{}' is not a matvec kernel (ws, bulk or legacy)", v);
+    if (!matvec_kernel_available(k))
+      fail("BONSAI_CUDA_MV={}: the device has no sm_90 code for this kernel (compute capability 9.x needed)",
+           v);
+    return k;
+  }();
+  return choice;
+}
+
+int matvec_ws_variant() {
+  static const int variant = [] {
+    const char* e = std::getenv("BONSAI_CUDA_MV_WS");
+    const std::string_view v = e ? e : "";
+    // Default two producer warps: the large matvecs 10-25 % faster than with one, the same
+    // end to end (docs/performance.md, "Warp-specialized matvec").
+    if (v.empty()) return 8;
+    int n = -1;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > 31)
+      fail("BONSAI_CUDA_MV_WS: '{}' is not a ws matvec variant (a bit mask 0..31)", v);
+    return n;
+  }();
+  return variant;
+}
+
+}  // namespace bonsai::cuda

@@ -1,0 +1,271 @@
+// The decode matvec's three kernels against each other (kernels/cuda/matvec.cu, matvec_ws.cu;
+// launch.h, MatvecKernel). They share the plan (each warp's unit range), the per-unit
+// arithmetic (unit_dot) and the split fix-up (slots added in rank order), so every y must be
+// equal bit for bit: the warp-specialized kernel (ws) and the bulk-ring kernel against the
+// register-staged one (legacy). Cases: both 2-bit scale groupings (G = 1: 128-column groups,
+// G = 2: 64-column groups), odd row counts, several jobs per launch, t = 1..4, a whole row group
+// per warp (y written directly), a group shared by up to 136 warps (the fix-up), long rows
+// (k = 17408; with BONSAI_CUDA_MV_WS=4 the staged activation shrinks the ring at t = 2), codes 0..3, zero
+// scales, an all-zero token. The split counters must be left zero. Needs a device with sm_90
+// code (Hopper); skips with the reason otherwise. With BONSAI_CUDA_BENCH=1, CudaBench.
+// MatvecKernelsOneShape times the three kernels on one shape (A/B in one process; profiling).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bonsai/formats.h"
+#include "test_util.h"
+
+#if BONSAI_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/tile_layout.h"
+
+namespace bonsai {
+namespace {
+
+using testing_util::randn;
+
+// Device allocations of one test, freed at its end.
+class DevMem {
+ public:
+  DevMem() = default;
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  ~DevMem() {
+    for (void* p : mem_) cudaFree(p);
+  }
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    mem_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<void*> mem_;
+};
+
+// Random 2-bit rows in the file layout (groups 1: PQ2_0, 128-column groups of 34 bytes;
+// 2: Q2_0 g64, 18 bytes), any codes 0..3, scales in [2^-8, 2^-4) or 0 (every 7th group).
+std::vector<uint8_t> random_rows(int groups, int64_t n, int64_t k, std::mt19937& rng) {
+  const DType type = groups == 2 ? DType::Q2_0_G64 : DType::PQ2_0;
+  const int64_t group_cols = groups == 2 ? 64 : 128, group_bytes = groups == 2 ? 18 : 34;
+  const size_t stride = row_bytes(type, static_cast<uint64_t>(k));
+  std::vector<uint8_t> raw(stride * n);
+  for (auto& b : raw) b = static_cast<uint8_t>(rng());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < k / group_cols; ++b) {
+      const float d = (r + b) % 7 == 0
+                          ? 0.0f
+                          : std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -8 + static_cast<int>(rng() % 4));
+      const uint16_t h = f32_to_fp16(d);
+      std::memcpy(raw.data() + r * stride + b * group_bytes, &h, 2);
+    }
+  return raw;
+}
+
+// The tiled device copy of raw rows (kernels/cuda/tile_layout.h), padding zero.
+uint8_t* tiled_weight(DevMem& mem, const uint8_t* draw, int groups, int64_t n, int64_t k) {
+  const DType type = groups == 2 ? DType::Q2_0_G64 : DType::PQ2_0;
+  const size_t tb = static_cast<size_t>(cuda::tiled_bytes(n, k, groups));
+  auto* tiled = static_cast<uint8_t*>(mem.alloc(tb));
+  cudaMemset(tiled, 0, tb);
+  cuda::repack_tiled(draw, row_bytes(type, static_cast<uint64_t>(k)), n, k, groups, tiled, nullptr);
+  return tiled;
+}
+
+std::string skip_reason() {
+  std::string why;
+  if (cuda_device_count(&why) == 0) return "no CUDA device: " + why;
+  if (!cuda::matvec_kernel_available(cuda::MatvecKernel::ws))
+    return "the ws and bulk kernels need sm_90 code (compute capability 9.x)";
+  return "";
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
+TEST(CudaMatvecKernels, WsAndBulkMatchLegacyBitwise) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const int sms = sm_count();
+  struct Case {
+    int groups;
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+    bool evict_first;
+  };
+  const Case cases[] = {
+      {1, {77, 300, 33, 1000}, 5120, {1, 2, 3, 4}, true},  // 4 jobs, odd n
+      {2, {130, 61, 1001}, 2048, {1, 2, 3, 4}, true},
+      {2, {67}, 6144, {1, 3}, false},    // one group split over many warps, no cache hint
+      {1, {40000}, 128, {1, 4}, true},   // one k-block: every warp writes whole groups
+      {1, {64}, 17408, {1, 2}, true},    // 136 units of one group: 136 warps, one unit each
+      {1, {1000}, 17408, {1, 2}, true},  // t = 2: the ws ring shrinks to fit the activation
+      {2, {600}, 17408, {1}, true},
+  };
+  int ws_launches = 0;
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / cuda::kBlockK;
+    DevMem mem;
+    auto dalloc = [&](size_t bytes) { return mem.alloc(bytes); };
+    std::mt19937 rng(static_cast<uint32_t>(k + cs.groups));
+    cuda::TiledJobs jobs;
+    for (const int64_t n : cs.ns) {
+      const auto raw = random_rows(cs.groups, n, k, rng);
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      jobs.job[jobs.count].w = tiled_weight(mem, draw, cs.groups, n, k);
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+    }
+    for (const int t : cs.ts) {
+      auto x = randn(static_cast<size_t>(t) * k, 11 + t, 3.0f);
+      if (t > 1)
+        for (int64_t c = 0; c < k; ++c) x[static_cast<size_t>(t / 2) * k + c] = 0.0f;  // an all-zero token
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* xq = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      auto* meta = static_cast<float4*>(dalloc(static_cast<size_t>(t) * kb * sizeof(float4)));
+      cuda::quantize_act(dx, xq, meta, t, k, nullptr);
+      size_t partial_floats = 0, counter_count = 0;
+      cuda::matvec_tiled_scratch(jobs, t, k, sms, &partial_floats, &counter_count);
+      auto* partial = static_cast<float*>(dalloc(partial_floats * 4));
+      auto* counters = static_cast<int*>(dalloc(counter_count * 4));
+      cudaMemset(counters, 0, counter_count * 4);
+      const std::string what = "G " + std::to_string(cs.groups) + " k " + std::to_string(k) + " t " +
+                               std::to_string(t) + " jobs " + std::to_string(jobs.count);
+      const int ring = cuda::matvec_ws_ring(cs.groups, t, k);
+      EXPECT_GE(ring, 2) << what << ": the ws kernel does not fit, the launch would run bulk";
+      ws_launches += ring >= 2;
+      const cuda::MatvecKernel kernels[] = {cuda::MatvecKernel::legacy, cuda::MatvecKernel::bulk,
+                                            cuda::MatvecKernel::ws};
+      std::vector<std::vector<float>> ys[3];
+      for (int v = 0; v < 3; ++v) {
+        cuda::TiledJobs run = jobs;
+        for (int j = 0; j < jobs.count; ++j) {
+          const size_t bytes = static_cast<size_t>(t) * jobs.job[j].n * 4;
+          run.job[j].y = static_cast<float*>(dalloc(bytes));
+          cudaMemset(run.job[j].y, 0xff, bytes);  // NaN: unwritten
+        }
+        cuda::matvec_tiled(run, cs.groups, xq, meta, t, k, sms, partial, counters, nullptr, cs.evict_first,
+                           kernels[v]);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        for (int j = 0; j < jobs.count; ++j) {
+          ys[v].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
+          cudaMemcpy(ys[v].back().data(), run.job[j].y, ys[v].back().size() * 4, cudaMemcpyDeviceToHost);
+        }
+      }
+      for (int v = 1; v < 3; ++v)
+        for (int j = 0; j < jobs.count; ++j)
+          for (size_t i = 0; i < ys[0][j].size(); ++i) {
+            const float a = ys[0][j][i], b = ys[v][j][i];
+            ASSERT_FALSE(std::isnan(a)) << what << " job " << j << " i " << i;
+            ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << what << (v == 1 ? " bulk" : " ws") << " job " << j
+                                                 << " i " << i << ": " << a << " (legacy) vs " << b;
+          }
+      std::vector<int> left(counter_count);
+      cudaMemcpy(left.data(), counters, left.size() * 4, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < left.size(); ++i) ASSERT_EQ(left[i], 0) << what << " counter " << i;
+    }
+  }
+  EXPECT_GT(ws_launches, 0);
+}
+
+// One shape, BONSAI_CUDA_BENCH_K x BONSAI_CUDA_BENCH_N (default 5120 x 10240, PQ2_0), each
+// kernel in turn on the same weights: one matvec (t = 1) per weight copy, enough copies
+// (>= 768 MB) to defeat the L2, recorded as a CUDA graph (PDL between the launches, as in a
+// decode step) and replayed 10 times. For A/B within one process, and for profiling one
+// kernel: ncu -k regex:matvec_ws ... --gtest_filter=CudaBench.MatvecKernelsOneShape.
+TEST(CudaBench, MatvecKernelsOneShape) {
+  if (!std::getenv("BONSAI_CUDA_BENCH"))
+    GTEST_SKIP() << "set BONSAI_CUDA_BENCH=1 to run the matvec benchmark";
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto env = [](const char* name, int64_t fallback) {
+    const char* e = std::getenv(name);
+    return e && std::atoll(e) > 0 ? std::atoll(e) : fallback;
+  };
+  const int64_t k = env("BONSAI_CUDA_BENCH_K", 5120) / 128 * 128, n = env("BONSAI_CUDA_BENCH_N", 10240);
+  const int sms = sm_count();
+  DevMem mem;
+  std::mt19937 rng(1);
+  const auto raw = random_rows(1, n, k, rng);
+  auto* draw = static_cast<uint8_t*>(mem.alloc(raw.size()));
+  cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+  const size_t bytes = static_cast<size_t>(cuda::tiled_bytes(n, k, 1));
+  const int copies = static_cast<int>(std::max<size_t>(2, (size_t{768} << 20) / bytes));
+  std::vector<cuda::TiledJobs> jobs(copies);
+  auto* y = static_cast<float*>(mem.alloc(static_cast<size_t>(n) * 4));
+  for (cuda::TiledJobs& j : jobs) {
+    j.job[0] = {tiled_weight(mem, draw, 1, n, k), y, static_cast<int>(n)};
+    j.count = 1;
+  }
+  const auto x = randn(static_cast<size_t>(k), 8);
+  auto* dx = static_cast<float*>(mem.alloc(x.size() * 4));
+  cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+  auto* xq = static_cast<uint8_t*>(mem.alloc(static_cast<size_t>(k / 128) * cuda::kActBytes));
+  auto* meta = static_cast<float4*>(mem.alloc(static_cast<size_t>(k / 128) * sizeof(float4)));
+  cuda::quantize_act(dx, xq, meta, 1, k, nullptr);
+  size_t partial_floats = 0, counter_count = 0;
+  cuda::matvec_tiled_scratch(jobs[0], 1, k, sms, &partial_floats, &counter_count);
+  auto* partial = static_cast<float*>(mem.alloc(partial_floats * 4));
+  auto* counters = static_cast<int*>(mem.alloc(counter_count * 4));
+  cudaMemset(counters, 0, counter_count * 4);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  std::printf("| kernel | K | N | MB | us | GB/s |\n|---|---|---|---|---|---|\n");
+  const std::pair<const char*, cuda::MatvecKernel> kernels[] = {{"legacy", cuda::MatvecKernel::legacy},
+                                                                {"bulk", cuda::MatvecKernel::bulk},
+                                                                {"ws", cuda::MatvecKernel::ws}};
+  for (const auto& [name, kernel] : kernels) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (const cuda::TiledJobs& j : jobs)
+      cuda::matvec_tiled(j, 1, xq, meta, 1, k, sms, partial, counters, s, true, kernel);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaGraphLaunch(exec, s);  // warm-up
+    cudaEventRecord(e0, s);
+    constexpr int kReps = 10;
+    for (int r = 0; r < kReps; ++r) cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double per = ms * 1e-3 / kReps / copies;
+    std::printf("| %s | %lld | %lld | %.1f | %.2f | %.0f |\n", name, static_cast<long long>(k),
+                static_cast<long long>(n), bytes / 1e6, per * 1e6, bytes / per / 1e9);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+  }
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace bonsai
+#else
+TEST(CudaMatvecKernels, WsAndBulkMatchLegacyBitwise) {
+  GTEST_SKIP() << "built without CUDA (BONSAI_CUDA=OFF)";
+}
+#endif  // BONSAI_HAVE_CUDA
