@@ -1,0 +1,858 @@
+// Feasibility probe for a persistent decode-step kernel (issue 7; docs/performance.md, "Persistent
+// step kernel: feasibility probe (session 5)"). It emulates the matvec chain of one 27B decode step
+// on random tiled ternary weights of the real sizes and times it two ways:
+//   A  as production runs it: per matvec one quantize_act launch (the stand-in for the site
+//      kernel) and one matvec_tiled launch (the production ws kernel, linked from
+//      kernels/cuda/matvec.cu + matvec_ws.cu), recorded once in a CUDA graph with programmatic
+//      dependent launch and replayed;
+//   B  one persistent kernel (2 blocks of 8 consumer + 2 producer warps per SM, all resident)
+//      looping over the sequence, matvecs separated by a hand-rolled grid barrier; every block
+//      quantizes the input k-blocks its units need into shared memory itself (redundant site
+//      work), and its producer lanes keep requesting weights across the barriers (the next
+//      matvec's units go into the ring as soon as slots free up: weights never depend on
+//      activations).
+// Sequence: L layers (3 GDN : 1 attention) x {in-proj, out-proj, gate+up, down} (+ the head):
+//   GDN 5120->16384, 6144->5120, 5120->34816, 17408->5120; attention 5120->14336, 6144->5120,
+//   5120->34816, 17408->5120; head 5120->248320. Matvec i's input is the first K_i floats of
+//   matvec i-1's output (matvec 0: a random "residual"); the site between two matvecs is only the
+//   128-column quantization (per-128 amax, hi/lo int8, meta). The real sites' norm / FWHT latency
+//   is modelled by the "heavy" variants: a block-wide sum of squares over the whole input (a load
+//   pass, a reduction and a barrier) and E extra block barriers, the result fed into the
+//   quantized values as a factor that is exactly 1 (so the outputs stay bitwise comparable).
+// B uses A's work split (the production plan_stream for 2 x SMs blocks of 8 warps), the
+// production unit_dot and finish_pair (split fix-up, slots added in rank order) and the same
+// quantizer on the same floats, so B's outputs must equal A's bit for bit.
+//
+// Grid barrier protocol (B): one 32-bit counter in global memory, only ever incremented; this
+// launch's barrier j is complete when the counter reaches base + (j+1)·nblocks (base: the value
+// the host knows it had at the launch, passed as an argument, so no reset is needed). A block
+// arrives when its 256 consumer threads have finished the phase (all y stores and split fix-ups
+// issued): named barrier of the consumers, then thread 0 __threadfence() + atomicAdd (release,
+// cumulative over the block's writes ordered before it by the named barrier). A block waits with
+// thread 0 spinning on ld.acquire.gpu of the counter, then the consumers' named barrier; the
+// other threads read the previous phase's outputs with ld.global.cg (L2, never a stale L1 line).
+// The producer warps never take part: they block only on their ring's empty mbarriers (in the
+// "no cross-barrier prefetch" variant they also poll the counter before a matvec's first unit).
+// All blocks must be co-resident: the launch is cooperative (cudaLaunchCooperativeKernel fails
+// otherwise).
+//
+// Build (here; runs only on an sm_90 GPU):
+//   nvcc -O3 -std=c++20 -I. -gencode arch=compute_90a,code=sm_90a -o .prebuilt-pk/persistent_probe
+//        tools/cuda/persistent_probe.cu kernels/cuda/matvec.cu kernels/cuda/matvec_ws.cu  (one line)
+// Run: persistent_probe [--layers 64] [--head 1] [--reps 10]   (on the H200: --reps 20, ~3 s)
+// Prints: the D2D copy rate; A's µs per step (and with the matvec launches alone); B's check
+// against A (bitwise); B's µs per step for each variant (ring depth, no cross-barrier prefetch,
+// heavier sites, 2-3 grid barriers per matvec, timing-only variants without the site or without
+// the split fix-up, outputs by red.add instead of the fix-up (not bitwise: its error is printed),
+// the site alone, the barriers alone) and, for some, a per-shape split from block 0's
+// %globaltimer: site | block 0's own units + fix-ups | wait at the barrier (slowest block).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/matvec_common.cuh"
+#include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/tile_layout.h"
+
+// The production matvec's run-time selection (kernels/cuda/matvec_select.cpp, elementwise.cu)
+// without the library: the ws kernel, its default protocol (two producer warps), PDL on.
+namespace bonsai::cuda {
+MatvecKernel matvec_kernel() {
+  const char* e = std::getenv("PK_MV");
+  return e && std::strcmp(e, "bulk") == 0 ? MatvecKernel::bulk : MatvecKernel::ws;
+}
+int matvec_ws_variant() { return 8; }
+bool pdl_enabled() { return true; }
+}  // namespace bonsai::cuda
+
+using namespace bonsai::cuda;
+using namespace bonsai::cuda::mv;
+
+namespace {
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+constexpr int kProducers = 2;                         // producer warps, 4 lanes (rings) each
+constexpr int kThreads = (kWarps + kProducers) * 32;  // 320
+constexpr int kMaxKb = 17408 / kBlockK;               // widest input: 136 k-blocks
+constexpr int kCB = kCodeBytes + 32;                  // one chunk, G = 1 (PQ2_0)
+constexpr int kUnit = kWarpTiles * kCB;               // one unit: 4 tiles' chunks of a k-block
+
+// Flags of a B launch.
+constexpr int kSkipUnits = 1;    // no matvec work (barrier / site cost alone)
+constexpr int kSkipSite = 2;     // no quantization either (the barriers alone)
+constexpr int kHeavy = 4;        // the norm stand-in + extra block barriers before the quantization
+constexpr int kNoCross = 8;      // producers wait for the barrier before a matvec's first unit
+constexpr int kSerialSite = 16;  // the site's loads one k-block at a time (else in batches)
+constexpr int kNoFixup = 32;     // timing only, wrong outputs: no split fix-up, no y stores
+constexpr int kAtomicOut = 64;   // each warp red.add's its partial rows into y (zeroed before the
+                                 // launch): no slots, fence, counter or last-arriver sum; the
+                                 // order of the additions varies, so the floats are not bitwise
+constexpr int kSiteBatch = 4;    // k-blocks per warp whose loads are in flight together (6: spills)
+
+struct Mv {          // one matvec of the sequence (B's descriptor, device memory)
+  const uint8_t* w;  // tiled [N/64][4 tiles][kblocks][kCB]
+  const float* x;    // input [>= K] (first K floats used)
+  float* y;          // output [N]
+  int n, kblocks;
+  StreamPlan plan;  // the production plan for 2 x SMs blocks (one job)
+};
+
+// Same arithmetic as kernels/cuda/matvec.cu's plan_stream (defaults: ring 4, min 1 unit,
+// 2 blocks per SM) for a single job.
+StreamPlan plan_one(int n, int kblocks, int blocks) {
+  StreamPlan p;
+  p.pairs = static_cast<int>(tiled_pairs(n));
+  p.pair_start[0] = 0;
+  p.pair_start[1] = p.pairs;
+  p.units = p.pairs * kblocks;
+  p.unit_start[0] = 0;
+  p.unit_start[1] = p.units;
+  const int warps = blocks * kWarps;
+  p.per_warp = std::max(1, (p.units + warps - 1) / warps);
+  p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;
+  p.ring = 4;
+  return p;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+#endif
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ bool reached(unsigned v, unsigned target) {
+  return static_cast<int>(v - target) >= 0;
+}
+__device__ __forceinline__ void consumers_sync() {  // the 8 consumer warps only
+  asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+}
+__device__ __forceinline__ long long globaltimer() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---- B: the persistent kernel ------------------------------------------------------------------
+// Dynamic shared memory: [ring: 8 warps][R][kUnit] [xq: kMaxKb][256 B] [meta: kMaxKb] float4.
+// stamps (block 0, thread 0; may be null): [3 * count + 1] globaltimer values: per matvec i its
+// start (barrier passed), the end of its site (quantized input ready), block 0's arrival (its
+// units and fix-ups done); then the last barrier passed.
+__global__ void __launch_bounds__(kThreads, 2)
+    persistent_step(const Mv* __restrict__ seq, int count, float* __restrict__ partial, int* counters,
+                    unsigned* arrivals, unsigned base, int flags, int extra_bars, int grid_bars, int R,
+                    long long* stamps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t full[kWarps][kMaxRing];
+  __shared__ __align__(8) uint64_t empty[kWarps][kMaxRing];
+  __shared__ float red[kWarps];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned nblocks = gridDim.x;
+  uint8_t* xs = smem + kWarps * R * kUnit;
+  float4* ms = reinterpret_cast<float4*>(xs + kMaxKb * kActBytes);
+  if (threadIdx.x < kWarps * R) {
+    mbar_init(smem_u32(&full[threadIdx.x / R][threadIdx.x % R]), 1);
+    mbar_init(smem_u32(&empty[threadIdx.x / R][threadIdx.x % R]), 32);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= kWarps) {  // ---- producer: lane l < 4 of producer p feeds consumer 4p + l ----
+    if (flags & kSkipUnits) return;
+    const bool feeds = lane < kWarps / kProducers;
+    const int c = (warp - kWarps) * (kWarps / kProducers) + (feeds ? lane : 0);
+    const int gw = blockIdx.x * kWarps + c;
+    const uint32_t full0 = smem_u32(&full[c][0]), empty0 = smem_u32(&empty[c][0]);
+    const uint32_t ring0 = smem_u32(smem + c * R * kUnit);
+    const uint64_t policy = evict_first_policy();
+    // Cursor over matvec i's range of this consumer, then the next matvec's, and so on.
+    int i = feeds ? 0 : count, u = 0, u1 = 0, kb = 0, kblocks = 1;
+    size_t tile_stride = 0;
+    const uint8_t* chunk = nullptr;
+    bool unlocked = true;  // kNoCross: matvec i's barrier has been seen
+    auto enter = [&] {     // move to the first matvec at or after i with units in this range
+      for (; i < count; ++i) {
+        const StreamPlan& p = seq[i].plan;
+        kblocks = seq[i].kblocks;
+        u = min(gw * p.per_warp, p.units);
+        u1 = min(u + p.per_warp, p.units);
+        if (u >= u1) continue;
+        const int gpair = u / kblocks;
+        kb = u - gpair * kblocks;
+        tile_stride = static_cast<size_t>(kblocks) * kCB;
+        chunk =
+            seq[i].w + static_cast<size_t>(gpair) * kWarpTiles * tile_stride + static_cast<size_t>(kb) * kCB;
+        unlocked = !(flags & kNoCross) || i == 0;
+        return;
+      }
+    };
+    enter();
+    int slot = 0, issued = 0;
+    uint32_t parity = 0;
+    for (;;) {
+      const bool more = i < count;
+      if (!__any_sync(kFullMask, more)) break;
+      if (!more) continue;
+      if (!unlocked)  // barrier i*grid_bars - 1 (the last before matvec i) complete?
+        unlocked = reached(ld_acquire(arrivals), base + static_cast<unsigned>(i * grid_bars) * nblocks);
+      if (!unlocked) continue;
+      if (issued >= R && !mbar_test(empty0 + 8 * slot, parity)) continue;
+      const uint32_t bar = full0 + 8 * slot, dst = ring0 + slot * kUnit;
+      mbar_expect(bar, kUnit);
+#pragma unroll
+      for (int tile = 0; tile < kWarpTiles; ++tile)
+        bulk_load_hint(dst + tile * kCB, chunk + tile * tile_stride, kCB, bar, policy);
+      ++issued;
+      if (++slot == R) {
+        slot = 0;
+        if (issued > R) parity ^= 1;  // the first round needed no empty phase
+      }
+      chunk += kCB;
+      if (++kb == kblocks) {
+        kb = 0;
+        chunk += (kWarpTiles - 1) * tile_stride;
+      }
+      if (++u == u1) {
+        ++i;
+        enter();
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warps ----
+  const int g = lane >> 2, tig = lane & 3;
+  const int gw = blockIdx.x * kWarps + warp;
+  const uint8_t* my = smem + warp * R * kUnit;
+  const uint32_t full0 = smem_u32(&full[warp][0]), empty0 = smem_u32(&empty[warp][0]);
+  const uint8_t* xp = xs + (g & 1) * 128 + tig * 32;  // t = 1: every lane reads token 0's words
+  const bool rec = stamps != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
+  int slot = 0;
+  uint32_t phase = 0;
+  int bar_j = 0;  // next grid barrier of this launch
+  auto arrive = [&] {
+    consumers_sync();  // every consumer's stores of the phase are issued
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(arrivals, 1u);
+    }
+  };
+  auto wait = [&] {
+    if (threadIdx.x == 0) {
+      const long long t0 = globaltimer();
+      while (!reached(ld_acquire(arrivals), base + static_cast<unsigned>(bar_j + 1) * nblocks))
+        if (globaltimer() - t0 > 2000000000ll) __trap();  // 2 s: a deadlock, not a slow phase
+    }
+    ++bar_j;
+    consumers_sync();
+  };
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) {
+      wait();
+      for (int b = 1; b < grid_bars; ++b) {  // extra grid barriers (a site needing a grid phase)
+        arrive();
+        wait();
+      }
+    }
+    if (rec) stamps[3 * i] = globaltimer();
+    const Mv& m = seq[i];
+    const StreamPlan& plan = m.plan;
+    const int kblocks = m.kblocks;
+    if (!(flags & kSkipSite)) {
+      float one = 1.0f;
+      if (flags & kHeavy) {  // norm stand-in: Σx² over the whole input, one reduction + barriers
+        float ss = 0.0f;
+        for (int c = threadIdx.x * 4; c < kblocks * kBlockK; c += kWarps * 32 * 4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(m.x + c));
+          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        consumers_sync();
+        float tot = 0.0f;
+        for (int w = 0; w < kWarps; ++w) tot += red[w];
+        for (int b = 0; b < extra_bars; ++b) consumers_sync();  // FWHT-like stages
+        one = tot >= 0.0f ? 1.0f : tot;                         // exactly 1: bitwise outputs
+        consumers_sync();                                       // red[] reusable
+      }
+      // The k-blocks this block's units touch (as matvec_ws.cu's staged activation).
+      const int b0 = min(static_cast<int>(blockIdx.x) * kWarps * plan.per_warp, plan.units);
+      const int nb = min(b0 + kWarps * plan.per_warp, plan.units) - b0;
+      int lo0 = 0, len0 = kblocks, len1 = 0;
+      if (nb < kblocks) {
+        lo0 = b0 % kblocks;
+        len0 = min(nb, kblocks - lo0);
+        len1 = nb - len0;
+      }
+      if (flags & kSkipUnits) {  // site cost alone: the whole input, like the largest blocks
+        lo0 = 0;
+        len0 = kblocks;
+        len1 = 0;
+      }
+      const int nq = len0 + len1;
+      auto kb_of = [&](int j) { return j < len0 ? lo0 + j : j - len0; };
+      if (flags & kSerialSite) {
+        for (int j = warp; j < nq; j += kWarps) {
+          const int kb = kb_of(j);
+          float4 v = __ldcg(reinterpret_cast<const float4*>(m.x + kb * kBlockK + lane * 4));
+          v.x *= one;
+          v.y *= one;
+          v.z *= one;
+          v.w *= one;
+          quantize_block(v, lane, reinterpret_cast<uint32_t*>(xs + kb * kActBytes), ms + kb);
+        }
+      } else {  // up to kSiteBatch k-blocks' loads in flight per warp: one L2 round trip for most shapes
+        for (int j0 = warp; j0 < nq; j0 += kWarps * kSiteBatch) {
+          float4 v[kSiteBatch];
+#pragma unroll
+          for (int b = 0; b < kSiteBatch; ++b)
+            if (j0 + b * kWarps < nq)
+              v[b] =
+                  __ldcg(reinterpret_cast<const float4*>(m.x + kb_of(j0 + b * kWarps) * kBlockK + lane * 4));
+#pragma unroll
+          for (int b = 0; b < kSiteBatch; ++b)
+            if (j0 + b * kWarps < nq) {
+              const int kb = kb_of(j0 + b * kWarps);
+              v[b].x *= one;
+              v[b].y *= one;
+              v[b].z *= one;
+              v[b].w *= one;
+              quantize_block(v[b], lane, reinterpret_cast<uint32_t*>(xs + kb * kActBytes), ms + kb);
+            }
+        }
+      }
+      consumers_sync();
+    }
+    if (rec) stamps[3 * i + 1] = globaltimer();
+    if (!(flags & kSkipUnits)) {
+      const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
+      int gpair = u0 / kblocks, kb = u0 - gpair * kblocks;
+      const TiledJob job{m.w, m.y, m.n};
+      float acc[kWarpTiles][2] = {};
+      for (int u = u0; u < u1; ++u) {
+        XStage xc;
+        xc.x[0] = *reinterpret_cast<const uint4*>(xp + kb * kActBytes);
+        xc.x[1] = *reinterpret_cast<const uint4*>(xp + kb * kActBytes + 16);
+        xc.m = ms[kb];
+        mbar_wait(full0 + 8 * slot, phase);
+        const uint8_t* src = my + slot * kUnit;
+        uint4 w[kWarpTiles];
+        uint32_t sc[kWarpTiles][1];
+#pragma unroll
+        for (int tile = 0; tile < kWarpTiles; ++tile) {
+          w[tile] = *reinterpret_cast<const uint4*>(src + tile * kCB + lane * 16);
+          sc[tile][0] = *reinterpret_cast<const uint32_t*>(src + tile * kCB + kCodeBytes + g * 4);
+        }
+        mbar_arrive(empty0 + 8 * slot);  // release: the slot's loads are done
+        unit_dot<1>(acc, w, sc, xc);
+        if (++slot == R) {
+          slot = 0;
+          phase ^= 1;
+        }
+        if (++kb < kblocks && u + 1 < u1) continue;
+        if (flags & kAtomicOut) {  // t = 1: lanes tig == 0 hold token 0's rows g, g + 8 of each tile
+          if (tig == 0)
+#pragma unroll
+            for (int t2 = 0; t2 < kWarpTiles; ++t2) {
+              atomicAdd(m.y + gpair * kPairRows + t2 * kTileRows + g, acc[t2][0]);
+              atomicAdd(m.y + gpair * kPairRows + t2 * kTileRows + g + 8, acc[t2][1]);
+            }
+#pragma unroll
+          for (int t2 = 0; t2 < kWarpTiles; ++t2) acc[t2][0] = acc[t2][1] = 0.0f;
+          kb = 0;
+          ++gpair;
+          continue;
+        }
+        if (flags & kNoFixup) {  // keep the math alive, skip the fix-up's round trips
+          if (acc[0][0] == 12345.0f) m.y[gpair] = acc[1][1];
+#pragma unroll
+          for (int t2 = 0; t2 < kWarpTiles; ++t2) acc[t2][0] = acc[t2][1] = 0.0f;
+          kb = 0;
+          ++gpair;
+          continue;
+        }
+        finish_pair(acc, job, gpair, gpair, gw, plan, kblocks, 0, 1, partial, counters);
+        kb = 0;
+        ++gpair;
+      }
+    }
+    arrive();
+    if (rec) stamps[3 * i + 2] = globaltimer();
+  }
+  if (rec) {
+    while (!reached(ld_acquire(arrivals), base + static_cast<unsigned>(bar_j + 1) * nblocks)) {
+    }
+    stamps[3 * count] = globaltimer();
+  }
+#else
+  __trap();  // sm_90 only (the bulk copies and mbarriers of matvec_common.cuh)
+#endif
+}
+
+// ---- weights and inputs ------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+// Random tiled PQ2_0 weight: ternary codes {0, 1, 2} (w = (c - 1)·d) and per-row fp16 scales
+// d·(0.75 .. 1.25), d = sqrt(1.5 / K), so that the chained outputs keep their magnitude
+// (E[(c - 1)²] = 2/3). words: the tensor's bytes / 4.
+__global__ void fill_weights(uint32_t* w, size_t words, float d, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t in_chunk = i % (kCB / 4);
+    const uint32_t h = hash32(seed * 0x9e3779b97f4a7c15ull + i);
+    uint32_t v = 0;
+    if (in_chunk < kCodeBytes / 4) {
+      uint32_t r = h;
+      for (int c = 0; c < 16; ++c) {
+        v |= (r % 3) << (2 * c);  // 3^16 < 2^32: 16 base-3 digits of one hash
+        r /= 3;
+      }
+    } else {
+      const float a = d * (0.75f + 0.5f * static_cast<float>(h & 0xffff) / 65535.0f);
+      const float b = d * (0.75f + 0.5f * static_cast<float>(h >> 16) / 65535.0f);
+      v = static_cast<uint32_t>(__half_as_ushort(__float2half_rn(a))) |
+          (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(b))) << 16);
+    }
+    w[i] = v;
+  }
+}
+
+struct Shape {
+  int k, n;
+  const char* name;
+};
+
+std::vector<Shape> sequence(int layers, bool head) {
+  std::vector<Shape> s;
+  for (int l = 0; l < layers; ++l) {
+    if (l % 4 == 3) {
+      s.push_back({5120, 14336, "attn q+k+v 5120x14336"});
+      s.push_back({6144, 5120, "attn out 6144x5120"});
+    } else {
+      s.push_back({5120, 16384, "gdn qkv+z 5120x16384"});
+      s.push_back({6144, 5120, "gdn out 6144x5120"});
+    }
+    s.push_back({5120, 34816, "ffn gate+up 5120x34816"});
+    s.push_back({17408, 5120, "ffn down 17408x5120"});
+  }
+  if (head) s.push_back({5120, 248320, "head 5120x248320"});
+  return s;
+}
+
+double copy_rate(size_t bytes, cudaStream_t s) {  // read + write bytes per second
+  void *a = nullptr, *b = nullptr;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemsetAsync(a, 1, bytes, s));
+  CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const int reps = 6;
+  CK(cudaEventRecord(e0, s));
+  for (int r = 0; r < reps; ++r)
+    CK(cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
+  CK(cudaEventRecord(e1, s));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0.0f;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * static_cast<double>(bytes) * reps / (ms * 1e-3);
+}
+
+int arg_int(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int layers = arg_int(argc, argv, "--layers", 64);
+  const bool head = arg_int(argc, argv, "--head", 1) != 0;
+  const int reps = arg_int(argc, argv, "--reps", 10);
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("%s, %d SMs, cc %d.%d; %d layers%s, %d reps\n", prop.name, sms, prop.major, prop.minor, layers,
+              head ? " + head" : "", reps);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  const std::vector<Shape> seq = sequence(layers, head);
+  const int count = static_cast<int>(seq.size());
+  // Weights: one allocation, each tensor at a 256-byte boundary.
+  std::vector<size_t> woff(count);
+  size_t wbytes = 0, ybytes = 0, max_partial = 0, max_pairs = 0;
+  std::vector<size_t> yoff(count);
+  const int blocks_a = sms * kBlocksPerSm;
+  for (int i = 0; i < count; ++i) {
+    woff[i] = wbytes;
+    wbytes += (tiled_bytes(seq[i].n, seq[i].k, 1) + 255) / 256 * 256;
+    yoff[i] = ybytes;
+    ybytes += static_cast<size_t>(seq[i].n);
+    size_t pf = 0, pc = 0;
+    TiledJobs jobs;
+    jobs.count = 1;
+    jobs.job[0].n = seq[i].n;
+    matvec_tiled_scratch(jobs, 1, seq[i].k, sms, &pf, &pc);
+    max_partial = std::max(max_partial, pf);
+    max_pairs = std::max(max_pairs, pc);
+  }
+  std::printf("%d matvecs, %.3f GB of tiled weights per step\n", count, wbytes * 1e-9);
+  uint8_t* w = nullptr;
+  CK(cudaMalloc(&w, wbytes));
+  for (int i = 0; i < count; ++i)
+    fill_weights<<<4 * sms * 8, 256, 0, s>>>(reinterpret_cast<uint32_t*>(w + woff[i]),
+                                             tiled_bytes(seq[i].n, seq[i].k, 1) / 4,
+                                             std::sqrt(1.5f / static_cast<float>(seq[i].k)), 1000 + i);
+  CK(cudaGetLastError());
+  float *x0 = nullptr, *ya = nullptr, *yb = nullptr, *partial = nullptr;
+  int* counters = nullptr;
+  uint8_t* xq = nullptr;
+  float4* meta = nullptr;
+  unsigned* arrivals = nullptr;
+  CK(cudaMalloc(&x0, 17408 * sizeof(float)));
+  CK(cudaMalloc(&ya, ybytes * sizeof(float)));
+  CK(cudaMalloc(&yb, ybytes * sizeof(float)));
+  CK(cudaMalloc(&partial, max_partial * sizeof(float)));
+  CK(cudaMalloc(&counters, max_pairs * sizeof(int)));
+  CK(cudaMalloc(&xq, kMaxKb * kActBytes));
+  CK(cudaMalloc(&meta, kMaxKb * sizeof(float4)));
+  CK(cudaMalloc(&arrivals, sizeof(unsigned)));
+  CK(cudaMemsetAsync(counters, 0, max_pairs * sizeof(int), s));
+  CK(cudaMemsetAsync(arrivals, 0, sizeof(unsigned), s));
+  CK(cudaMemsetAsync(ya, 0, ybytes * sizeof(float), s));
+  CK(cudaMemsetAsync(yb, 0xff, ybytes * sizeof(float), s));  // NaNs: an unwritten output shows
+  {
+    std::vector<float> h(17408);
+    uint32_t r = 12345;
+    for (auto& v : h) {
+      r = r * 1664525u + 1013904223u;
+      v = static_cast<float>(static_cast<int>(r >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
+    }
+    CK(cudaMemcpy(x0, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  auto input = [&](float* y, int i) { return i == 0 ? x0 : y + yoff[i - 1]; };
+  auto fetch = [&](std::vector<float>& ha, std::vector<float>& hb) {  // A's and B's outputs
+    ha.resize(ybytes);
+    hb.resize(ybytes);
+    CK(cudaMemcpy(ha.data(), ya, ybytes * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb.data(), yb, ybytes * sizeof(float), cudaMemcpyDeviceToHost));
+  };
+
+  // ---- the copy rate ----
+  const double copy = copy_rate(size_t{2} << 30, s);
+  std::printf("D2D copy (2 GiB, read + write): %.0f GB/s; weight floor per step %.1f us\n", copy * 1e-9,
+              wbytes / copy * 1e6);
+
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time_graph = [&](cudaGraphExec_t ge) {
+    CK(cudaGraphLaunch(ge, s));  // warm-up
+    CK(cudaEventRecord(e0, s));
+    for (int r = 0; r < reps; ++r) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1e3 / reps;
+  };
+
+  // ---- A: production launches, one step recorded in a graph ----
+  auto step_a = [&](bool site) {
+    for (int i = 0; i < count; ++i) {
+      if (site || i == 0) quantize_act(input(ya, i), xq, meta, 1, seq[i].k, s);
+      TiledJobs jobs;
+      jobs.count = 1;
+      jobs.job[0] = {w + woff[i], ya + yoff[i], seq[i].n};
+      matvec_tiled(jobs, 1, xq, meta, 1, seq[i].k, sms, partial, counters, s, true);
+    }
+  };
+  step_a(true);  // eager once: the launchers' one-time queries outside the capture
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
+  auto record = [&](bool site) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    step_a(site);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphDestroy(g));
+    return ge;
+  };
+  cudaGraphExec_t ga = record(true), ga_mv = record(false);
+  const double us_a = time_graph(ga);
+  const double us_a_mv = time_graph(ga_mv);  // matvecs only (input quantized once: timing only)
+  CK(cudaGraphLaunch(ga, s));                // leave A's exact outputs in ya
+  CK(cudaStreamSynchronize(s));
+  std::printf(
+      "A production (quantize + ws matvec per matvec, graph + PDL): %.1f us/step, %.0f GB/s (%.0f %% of "
+      "copy)\n",
+      us_a, wbytes / (us_a * 1e-6) * 1e-9, 100.0 * wbytes / (us_a * 1e-6) / copy);
+  std::printf(
+      "A matvec launches only (no quantize kernels):              %.1f us/step, %.0f GB/s (%.0f %% of "
+      "copy)\n",
+      us_a_mv, wbytes / (us_a_mv * 1e-6) * 1e-9, 100.0 * wbytes / (us_a_mv * 1e-6) / copy);
+
+  // ---- B: the persistent kernel ----
+  int occ = 0;
+  cudaFuncAttributes fa{};
+  CK(cudaFuncGetAttributes(&fa, persistent_step));
+  std::vector<Mv> hseq(count);
+  for (int i = 0; i < count; ++i)
+    hseq[i] = Mv{w + woff[i], input(yb, i),       yb + yoff[i],
+                 seq[i].n,    seq[i].k / kBlockK, plan_one(seq[i].n, seq[i].k / kBlockK, blocks_a)};
+  Mv* dseq = nullptr;
+  CK(cudaMalloc(&dseq, count * sizeof(Mv)));
+  CK(cudaMemcpy(dseq, hseq.data(), count * sizeof(Mv), cudaMemcpyHostToDevice));
+  long long* dstamps = nullptr;
+  CK(cudaMalloc(&dstamps, static_cast<size_t>(reps) * (3 * count + 1) * sizeof(long long)));
+  unsigned base = 0;
+  int grid = 0;
+  auto run_b = [&](int R, int flags, int extra_bars, int grid_bars, long long* stamps) {
+    const size_t smem = static_cast<size_t>(kWarps) * R * kUnit + kMaxKb * (kActBytes + sizeof(float4));
+    CK(cudaFuncSetAttribute(persistent_step, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(smem)));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persistent_step, kThreads, smem));
+    grid = occ * sms;
+    if (grid != blocks_a) {
+      std::printf("B: %d blocks per SM resident (R %d, %zu B shared): the plan needs %d; skipped\n", occ, R,
+                  smem, kBlocksPerSm);
+      return false;
+    }
+    void* args[] = {&dseq,      const_cast<int*>(&count),
+                    &partial,   &counters,
+                    &arrivals,  &base,
+                    &flags,     &extra_bars,
+                    &grid_bars, &R,
+                    &stamps};
+    if (flags & kAtomicOut) CK(cudaMemsetAsync(yb, 0, ybytes * sizeof(float), s));
+    CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_step), grid, kThreads, args, smem, s));
+    base += static_cast<unsigned>(grid) * ((count - 1) * grid_bars + 1);
+    return true;
+  };
+  struct Result {
+    double us = 0;
+    std::vector<long long> st;
+  };
+  auto time_b = [&](int R, int flags, int extra_bars, int grid_bars, bool keep_stamps) {
+    Result res;
+    if (!run_b(R, flags, extra_bars, grid_bars, nullptr)) return res;  // warm-up
+    CK(cudaEventRecord(e0, s));
+    for (int r = 0; r < reps; ++r)
+      run_b(R, flags, extra_bars, grid_bars,
+            keep_stamps ? dstamps + static_cast<size_t>(r) * (3 * count + 1) : nullptr);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    res.us = ms * 1e3 / reps;
+    if (keep_stamps) {
+      res.st.resize(static_cast<size_t>(reps) * (3 * count + 1));
+      CK(cudaMemcpy(res.st.data(), dstamps, res.st.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+    }
+    return res;
+  };
+  std::printf("B kernel: %d registers, %d B local, %zu B static shared\n", fa.numRegs,
+              static_cast<int>(fa.localSizeBytes), fa.sharedSizeBytes);
+
+  // Correctness: one B step into yb, compared with A's outputs bit for bit.
+  if (!run_b(4, 0, 0, 1, nullptr)) return 1;
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
+  std::printf("B grid: %d blocks (%d per SM) x %d threads\n", grid, occ, kThreads);
+  {
+    std::vector<float> ha, hb;
+    fetch(ha, hb);
+    size_t diff = 0, nonfinite = 0;
+    int first_bad = -1;
+    for (int i = 0; i < count; ++i)
+      for (int r = 0; r < seq[i].n; ++r) {
+        const size_t j = yoff[i] + r;
+        if (!std::isfinite(ha[j])) ++nonfinite;
+        if (std::memcmp(&ha[j], &hb[j], sizeof(float)) != 0) {
+          ++diff;
+          if (first_bad < 0) first_bad = i;
+        }
+      }
+    double rms = 0;
+    const int last = count - 1;
+    for (int r = 0; r < seq[last].n; ++r) rms += static_cast<double>(ha[yoff[last] + r]) * ha[yoff[last] + r];
+    std::printf(
+        "check B vs A: %zu of %zu outputs differ bitwise (first in matvec %d); %zu non-finite in A; "
+        "rms of the last output %.4g\n",
+        diff, ybytes, first_bad, nonfinite, std::sqrt(rms / seq[last].n));
+    if (diff != 0 || nonfinite != 0) std::printf("CHECK FAILED\n");
+  }
+
+  // Per-shape breakdown from block 0's timestamps (site: barrier passed -> input quantized;
+  // stream: input quantized -> the next barrier passed, i.e. the matvec + the barrier).
+  auto breakdown = [&](const Result& r, const char* label) {
+    if (r.st.empty()) return;
+    struct Acc {
+      double site = 0, work = 0, wait = 0;
+      int n = 0;
+      size_t bytes = 0;
+    };
+    std::map<std::string, Acc> by;
+    for (int rep = 0; rep < reps; ++rep) {
+      const long long* t = r.st.data() + static_cast<size_t>(rep) * (3 * count + 1);
+      for (int i = 0; i < count; ++i) {
+        Acc& a = by[seq[i].name];
+        a.site += (t[3 * i + 1] - t[3 * i]) * 1e-3;
+        a.work += (t[3 * i + 2] - t[3 * i + 1]) * 1e-3;
+        a.wait += (t[3 * i + 3] - t[3 * i + 2]) * 1e-3;
+        ++a.n;
+        a.bytes = tiled_bytes(seq[i].n, seq[i].k, 1);
+      }
+    }
+    std::printf(
+        "  %s, per matvec (block 0's globaltimer, mean over %d reps): site | block 0's units + fix-ups |"
+        " barrier (wait for the slowest block + the barrier) | total\n",
+        label, reps);
+    for (auto& [name, a] : by) {
+      const double n = a.n, tot = (a.site + a.work + a.wait) / n;
+      std::printf("    %-24s x%-3d %6.2f | %7.2f | %6.2f | %7.2f us: %5.0f GB/s\n", name.c_str(), a.n / reps,
+                  a.site / n, a.work / n, a.wait / n, tot, a.bytes / (tot * 1e-6) * 1e-9);
+    }
+  };
+  auto report = [&](const char* label, const Result& r) {
+    if (r.us <= 0) return;
+    std::printf("B %-52s %8.1f us/step, %5.0f GB/s (%.0f %% of copy), %.2f us per matvec\n", label, r.us,
+                wbytes / (r.us * 1e-6) * 1e-9, 100.0 * wbytes / (r.us * 1e-6) / copy, r.us / count);
+  };
+  const Result b_def = time_b(4, 0, 0, 1, true);
+  report("ring 4, quantize site, batched loads (default)", b_def);
+  breakdown(b_def, "default");
+  const Result b_serial = time_b(4, kSerialSite, 0, 1, true);
+  report("site loads one k-block at a time (first run's site)", b_serial);
+  breakdown(b_serial, "serial site");
+  report("ring 3", time_b(3, 0, 0, 1, false));
+  report("ring 2", time_b(2, 0, 0, 1, false));
+  report("no cross-barrier prefetch", time_b(4, kNoCross, 0, 1, false));
+  report("heavy site: + sum of squares, + 0 barriers", time_b(4, kHeavy, 0, 1, false));
+  const Result b_h5 = time_b(4, kHeavy, 5, 1, true);
+  report("heavy site: + sum of squares, + 5 barriers", b_h5);
+  breakdown(b_h5, "heavy + 5");
+  report("heavy site: + sum of squares, + 20 barriers", time_b(4, kHeavy, 20, 1, false));
+  report("2 grid barriers per matvec", time_b(4, 0, 0, 2, false));
+  report("2 grid barriers per matvec, heavy + 5", time_b(4, kHeavy, 5, 2, false));
+  report("3 grid barriers per matvec, heavy + 5", time_b(4, kHeavy, 5, 3, false));
+  const Result b_nosite = time_b(4, kSkipSite, 0, 1, true);  // stale activation: timing only
+  report("no site (timing only): units + fix-ups + barrier", b_nosite);
+  breakdown(b_nosite, "no site");
+  const Result b_nofix = time_b(4, kSkipSite | kNoFixup, 0, 1, true);
+  report("no site, no fix-up (timing only)", b_nofix);
+  breakdown(b_nofix, "no site, no fix-up");
+  // The outputs' memset (before each launch) is in these figures; alone it is timed below.
+  const Result b_atom = time_b(4, kAtomicOut, 0, 1, true);
+  report("outputs by red.add, no fix-up chain (not bitwise)", b_atom);
+  breakdown(b_atom, "red.add outputs");
+  report("red.add outputs, heavy site + 5", time_b(4, kAtomicOut | kHeavy, 5, 1, false));
+  report("red.add outputs, heavy site + 5, 2 grid barriers", time_b(4, kAtomicOut | kHeavy, 5, 2, false));
+  {
+    CK(cudaEventRecord(e0, s));
+    for (int r = 0; r < reps; ++r) CK(cudaMemsetAsync(yb, 0, ybytes * sizeof(float), s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    std::printf("  (the outputs' memset alone, %.1f MB: %.1f us)\n", ybytes * 4e-6, ms * 1e3 / reps);
+  }
+  report("no matvec work: barrier + quantize (whole input)", time_b(4, kSkipUnits, 0, 1, false));
+  report("no matvec work: barrier + serial quantize (whole input)",
+         time_b(4, kSkipUnits | kSerialSite, 0, 1, false));
+  report("no matvec work: barrier + heavy site + 5", time_b(4, kSkipUnits | kHeavy, 5, 1, false));
+  report("no matvec work, no site: the grid barriers alone", time_b(4, kSkipUnits | kSkipSite, 0, 1, false));
+  // A once more at the end (drift check), then B's outputs of the default site compared again.
+  const double us_a2 = time_graph(ga);
+  std::printf("A production again: %.1f us/step\n", us_a2);
+  CK(cudaGraphLaunch(ga, s));
+  run_b(4, 0, 0, 1, nullptr);
+  CK(cudaStreamSynchronize(s));
+  {
+    std::vector<float> ha, hb;
+    fetch(ha, hb);
+    std::printf("check B (default, after the timing-only variants) vs A: %s\n",
+                std::memcmp(ha.data(), hb.data(), ybytes * sizeof(float)) == 0 ? "bitwise equal" : "DIFFER");
+  }
+  // The red.add outputs against A's: per matvec max |b - a| / rms(a), worst over the sequence.
+  // Not bitwise: each output row is the sum of its warps' partials in arrival order instead of
+  // rank order (fp32, a few to ~10 terms: ~1e-7 relative per step), and a changed last bit can
+  // move a quantized activation by one step (1/32639 of its block's amax) in the next matvec;
+  // these perturbations are carried along the chain, so the later matvecs differ by more.
+  CK(cudaGraphLaunch(ga, s));
+  run_b(4, kAtomicOut, 0, 1, nullptr);
+  CK(cudaStreamSynchronize(s));
+  {
+    std::vector<float> ha, hb;
+    fetch(ha, hb);
+    double worst = 0.0, first = 0.0;
+    for (int i = 0; i < count; ++i) {
+      double rms = 0.0, dmax = 0.0;
+      for (int r = 0; r < seq[i].n; ++r) {
+        const size_t j = yoff[i] + r;
+        rms += static_cast<double>(ha[j]) * ha[j];
+        dmax = std::max(dmax, static_cast<double>(std::fabs(hb[j] - ha[j])));
+      }
+      const double rel = dmax / std::sqrt(rms / seq[i].n);
+      if (i == 0) first = rel;
+      worst = std::max(worst, rel);
+    }
+    std::printf("check B red.add vs A: max |diff| / rms %.3g in matvec 0, %.3g worst over the %d matvecs\n",
+                first, worst, count);
+  }
+  // Bitwise once more with the heaviest site and two grid barriers per matvec.
+  run_b(4, kHeavy, 5, 2, nullptr);
+  CK(cudaStreamSynchronize(s));
+  {
+    std::vector<float> ha, hb;
+    fetch(ha, hb);
+    std::printf("check B (heavy + 5, 2 grid barriers) vs A: %s\n",
+                std::memcmp(ha.data(), hb.data(), ybytes * sizeof(float)) == 0 ? "bitwise equal" : "DIFFER");
+  }
+  CK(cudaGetLastError());
+  std::printf("done\n");
+  return 0;
+}
