@@ -211,8 +211,9 @@ TEST_F(CudaGemm, MultiJobLaunchAgreesWithDecodeMatvec) {
   for (TernaryWeight* h : hs) be_->unprepare(h->w);
 }
 
-// The wgmma kernels (Hopper: the producer warp's bulk / TMA feed and the consumers' cp.async)
-// against the mma.sync kernel on the same tiled weights and quantized
+// The wgmma kernels (Hopper: the producer warp's bulk / TMA feed with the 128-byte and with the
+// 32-byte swizzle, and the consumers' cp.async) against the mma.sync kernel on the same tiled
+// weights and quantized
 // activations: several weights per launch, partial tiles and token blocks, codes 0..3, zero
 // scales, an all-zero token, one k range and several. Both form the same exact integer per
 // (row, token, k-block) and add T·(d·s) in k-block order, so with the same k ranges (the mma
@@ -284,18 +285,21 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
       const size_t scratch =
           std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms), static_cast<size_t>(ranges) * t * rows);
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
-      // mma, then both wgmma kernels (the producer warp's bulk / TMA feed, the consumers' cp.async).
+      // mma, then the wgmma kernels: the producer warp's bulk / TMA feed (128-byte swizzle, then
+      // 32-byte), the consumers' cp.async.
       const cuda::GemmKernel kernels[] = {cuda::GemmKernel::mma, cuda::GemmKernel::wgmma,
-                                          cuda::GemmKernel::wgmma_cp};
-      std::vector<std::vector<float>> ys[3];
-      for (int v = 0; v < 3; ++v) {
+                                          cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma_cp};
+      const int swizzles[] = {0, 128, 32, 0};
+      constexpr int kVariants = 4;
+      std::vector<std::vector<float>> ys[kVariants];
+      for (int v = 0; v < kVariants; ++v) {
         const auto kernel = kernels[v];
         cuda::TiledJobs run = jobs;
         for (int j = 0; j < jobs.count; ++j) {
           run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
           cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
         }
-        cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0);
+        cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0, swizzles[v]);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         for (int j = 0; j < jobs.count; ++j) {
           ys[v].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
@@ -303,19 +307,42 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
         }
       }
       (ranges > 1 ? split_launches : whole_launches)++;
-      for (int v = 1; v < 3; ++v)
+      for (int v = 1; v < kVariants; ++v)
         for (int j = 0; j < jobs.count; ++j)
           for (size_t i = 0; i < ys[0][j].size(); ++i) {
             const float a = ys[0][j][i], b = ys[v][j][i];
             ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
-            ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "kernel " << v << " k " << k << " t " << t << " job " << j
-                                                 << " i " << i << ": " << a << " vs " << b;
+            ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
+                << "variant " << v << " (1: wgmma 128-byte swizzle, 2: 32-byte, 3: wgmma_cp) k " << k << " t "
+                << t << " job " << j << " i " << i << ": " << a << " vs " << b;
           }
     }
     for (void* p : mem) cudaFree(p);
   }
   EXPECT_GT(whole_launches, 0);  // both paths of the kernel (y directly, partial sums) were compared
   EXPECT_GT(split_launches, 0);
+}
+
+// The automatic kernel choice per launch (gemm_launch_kernel): wgmma only where the device has it,
+// for 128-column groups, and for grids of at least BONSAI_CUDA_GEMM_WG_MIN blocks per SM; the
+// other kernels are kept as they are. Host logic only (runs without a GPU).
+TEST(CudaGemmSelect, AutomaticChoiceFollowsTheGridSize) {
+  using cuda::GemmKernel;
+  const int sms = 132, min_blocks = cuda::gemm_wg_min_blocks();
+  ASSERT_GE(min_blocks, 0);
+  ASSERT_LE(min_blocks, 16);
+  const int small = min_blocks * sms - 1, large = min_blocks * sms;
+  if (small >= 0) {
+    EXPECT_EQ(cuda::gemm_launch_kernel(GemmKernel::automatic, 1, small, sms, true), GemmKernel::mma);
+  }
+  EXPECT_EQ(cuda::gemm_launch_kernel(GemmKernel::automatic, 1, large, sms, true), GemmKernel::wgmma);
+  EXPECT_EQ(cuda::gemm_launch_kernel(GemmKernel::automatic, 1, 100 * sms, sms, true), GemmKernel::wgmma);
+  EXPECT_EQ(cuda::gemm_launch_kernel(GemmKernel::automatic, 2, 100 * sms, sms, true), GemmKernel::mma);
+  EXPECT_EQ(cuda::gemm_launch_kernel(GemmKernel::automatic, 1, 100 * sms, sms, false), GemmKernel::mma);
+  for (const GemmKernel k : {GemmKernel::mma, GemmKernel::wgmma, GemmKernel::wgmma_cp}) {
+    EXPECT_EQ(cuda::gemm_launch_kernel(k, 1, 1, sms, true), k);
+    EXPECT_EQ(cuda::gemm_launch_kernel(k, 1, 100 * sms, sms, true), k);
+  }
 }
 
 // The decode matvec on shapes long enough that each warp's range wraps its ring of unit

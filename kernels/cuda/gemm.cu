@@ -384,6 +384,14 @@ int gemm_split_mode() {
   return mode;
 }
 
+// Row blocks x token blocks of a launch before any k split.
+int gemm_grid(const TiledJobs& jobs, int t) {
+  int blocks = 0;
+  for (int j = 0; j < jobs.count; ++j)
+    blocks += (static_cast<int>(tiled_pairs(jobs.job[j].n) * kWarpTiles) + kBlockTiles - 1) / kBlockTiles;
+  return blocks * ((t + kGemmTokens - 1) / kGemmTokens);
+}
+
 // slots: blocks resident per SM (2 for the mma.sync kernel, 1 for the wgmma kernel).
 GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots_per_sm) {
   GemmPlan plan;
@@ -502,21 +510,22 @@ void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, con
 
 // The producer-warp kernel (gemm_wgmma_tma.cuh) on this launch's token range: the tensor maps
 // (gemm_select.cpp) describe its t tokens from xq / meta.
-template <int ST>
+template <int ST, int SWZ>
 void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
                         int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
-  const GemmTensorMaps maps = gemm_tensor_maps(xq, meta, t, kblocks);
+  const GemmTensorMaps maps = gemm_tensor_maps(xq, meta, t, kblocks, SWZ);
   static_assert(sizeof(CUtensorMap) == sizeof maps.act && sizeof(CUtensorMap) == sizeof maps.meta);
   CUtensorMap xmap, mmap;
   std::memcpy(&xmap, maps.act, sizeof xmap);
   std::memcpy(&mmap, maps.meta, sizeof mmap);
-  constexpr int smem = GemmSmemT<ST>::kBytes + GemmSmemT<ST>::kBars + 256;  // + the mbarriers, alignment
+  using S = GemmSmemT<ST, SWZ>;
+  constexpr int smem = S::kBytes + S::kBars + S::kAlign;  // + the mbarriers, alignment
   const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
                   static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  launch(gemm_wgmma_tma_kernel<ST>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t, kblocks);
+  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST, SWZ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_wgmma_tma_kernel<ST, SWZ>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t, kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
@@ -533,7 +542,8 @@ bool wgmma_swizzle() {
   return sw;
 }
 
-// The wgmma kernel runs 128-column groups (every 27B weight); Q2_0's 64-column groups stay on mma.sync.
+// The wgmma kernel runs 128-column groups (every 27B weight); Q2_0's 64-column groups stay on
+// mma.sync. `kernel` is a launch's resolved kernel (gemm_launch_kernel), never automatic.
 bool use_wgmma(int groups, GemmKernel kernel) { return groups == 1 && kernel != GemmKernel::mma; }
 int slots_for(int groups, GemmKernel kernel) { return use_wgmma(groups, kernel) ? 1 : 2; }
 
@@ -563,30 +573,46 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
   return s;
 }
 
+GemmKernel gemm_launch_kernel(GemmKernel kernel, int groups, int grid, int sm_count, bool wgmma_ok) {
+  if (kernel != GemmKernel::automatic) return kernel;
+  // A grid of fewer than gemm_wg_min_blocks() blocks per SM (default 1) stays on mma.sync, which
+  // runs two blocks per SM against the wgmma kernel's one: with fewer blocks than SMs, the
+  // wgmma kernel's k split leaves it slower (docs/performance.md, "Prefill GEMM", round 2).
+  const bool big = static_cast<int64_t>(grid) >= static_cast<int64_t>(gemm_wg_min_blocks()) * sm_count;
+  return wgmma_ok && groups == 1 && big ? GemmKernel::wgmma : GemmKernel::mma;
+}
+
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel) {
-  const int kblocks = static_cast<int>(k / kBlockK);
-  return gemm_splits(
-      plan_gemm(jobs, std::min(t, token_span(kblocks)), kblocks, sm_count, slots_for(groups, kernel)),
-      kblocks);
+  const int kblocks = static_cast<int>(k / kBlockK), n = std::min(t, token_span(kblocks));
+  kernel = gemm_launch_kernel(kernel, groups, gemm_grid(jobs, n), sm_count, gemm_wgmma_available());
+  return gemm_splits(plan_gemm(jobs, n, kblocks, sm_count, slots_for(groups, kernel)), kblocks);
 }
 
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges) {
+                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges, int wg_swizzle) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
+  const bool sw128 = (wg_swizzle ? wg_swizzle : gemm_wg_swizzle()) == 128;
+  const GemmKernel chosen = kernel;
   for (int t0 = 0; t0 < t; t0 += span) {
     const int n = std::min(span, t - t0);
     TiledJobs part = jobs;
     for (int j = 0; j < part.count; ++j) part.job[j].y += static_cast<size_t>(t0) * part.job[j].n;
     const uint8_t* x = xq + static_cast<size_t>(t0) * kblocks * kActBytes;
     const float4* m = meta + static_cast<size_t>(t0) * kblocks;
+    kernel = gemm_launch_kernel(chosen, groups, gemm_grid(part, n), sm_count, gemm_wgmma_available());
     GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
     if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
     if (use_wgmma(groups, kernel) && kernel == GemmKernel::wgmma) {
-      if (gemm_wg_stages() == 4)
-        run_gemm_wgmma_tma<4>(p, part, x, m, n, kblocks, partial, s);
+      const bool st4 = gemm_wg_stages() == 4;
+      if (sw128 && st4)
+        run_gemm_wgmma_tma<4, 128>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128)
+        run_gemm_wgmma_tma<8, 128>(p, part, x, m, n, kblocks, partial, s);
+      else if (st4)
+        run_gemm_wgmma_tma<4, 32>(p, part, x, m, n, kblocks, partial, s);
       else
-        run_gemm_wgmma_tma<8>(p, part, x, m, n, kblocks, partial, s);
+        run_gemm_wgmma_tma<8, 32>(p, part, x, m, n, kblocks, partial, s);
     } else if (use_wgmma(groups, kernel)) {
       if (wgmma_swizzle())
         run_gemm_wgmma<6, 64, 1>(p, part, x, m, n, kblocks, partial, s);

@@ -17,28 +17,42 @@ inline constexpr int kGemmTokens = 64;  // tokens per block
 // Below this many tokens the matvec (weights streamed once per 4 tokens) is as fast.
 inline constexpr int kGemmMinTokens = 12;
 
-// Which kernel runs the GEMM: mma (mma.sync, any device; the default) or wgmma / wgmma_cp
-// (Hopper's warpgroup MMA; compute capability 9.0, where the sm_90a build runs; not faster end
-// to end yet). BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp picks one (a wgmma kernel where it is not
-// available and any other value are errors). Read once per process. wgmma: a producer warp
-// feeds the ring with bulk / TMA copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel
-// whose consumer threads issue cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the
-// same k ranges.
-enum class GemmKernel { mma, wgmma, wgmma_cp };
+// Which kernel runs the GEMM: mma (mma.sync, any device), wgmma / wgmma_cp (Hopper's warpgroup
+// MMA; compute capability 9.0, where the sm_90a build runs), or automatic: per launch, wgmma
+// for grids of at least gemm_wg_min_blocks() blocks per SM on compute capability 9.0 and mma
+// otherwise (gemm_launch_kernel). BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp|auto picks one (wgmma or
+// wgmma_cp where they are not available and any other value are errors); unset: see
+// gemm_select.cpp. Read once per process. wgmma: a producer warp feeds the ring with bulk / TMA
+// copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel whose consumer threads issue
+// cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the same k ranges.
+enum class GemmKernel { mma, wgmma, wgmma_cp, automatic };
 GemmKernel gemm_kernel();
+// Whether the current device can run the wgmma kernels (compute capability 9.0). Read once.
+bool gemm_wgmma_available();
+// The kernel a launch of `grid` blocks (row blocks x token blocks, before the k split) runs:
+// `kernel` itself unless it is automatic (then wgmma or mma, see above; wgmma_ok: the device has
+// it).
+GemmKernel gemm_launch_kernel(GemmKernel kernel, int groups, int grid, int sm_count, bool wgmma_ok);
+// automatic's threshold: wgmma for launches of at least this many blocks per SM,
+// BONSAI_CUDA_GEMM_WG_MIN=0..16 (default in gemm_select.cpp; any other value is an error).
+int gemm_wg_min_blocks();
 // The wgmma producer kernel's ring depth: 8 (default) or 4, BONSAI_CUDA_GEMM_WG_STAGES (any other
 // value is an error). Read once per process.
 int gemm_wg_stages();
+// The wgmma producer kernel's activation swizzle: 128 (default; 2 TMA boxes of 128 bytes per
+// stage) or 32 (8 boxes of 32 bytes, session 5's first kernel), BONSAI_CUDA_GEMM_WG_SWIZZLE (any
+// other value is an error). Read once per process.
+int gemm_wg_swizzle();
 // The wgmma producer kernel's two CUtensorMaps (128 bytes each, kept opaque here so that this
-// header needs no cuda.h) for a launch over t tokens: act = xq [t][kblocks·256] bytes, box 32
-// bytes x kGemmTokens tokens, 32-byte swizzle; meta = [t][kblocks] float4 as [t][4·kblocks]
-// floats, box 4 x kGemmTokens, no swizzle. Tokens past t read as zeros. A failed encode is a
-// bonsai::Error.
+// header needs no cuda.h) for a launch over t tokens: act = xq [t][kblocks·256] bytes, box
+// `swizzle` (32 or 128) bytes x kGemmTokens tokens with the swizzle of that many bytes; meta =
+// [t][kblocks] float4 as [t][4·kblocks] floats, box 4 x kGemmTokens, no swizzle. Tokens past t
+// read as zeros. A failed encode is a bonsai::Error.
 struct GemmTensorMaps {
   alignas(64) unsigned char act[128];
   alignas(64) unsigned char meta[128];
 };
-GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks);
+GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle);
 // The mma.sync kernel's activation staging in shared memory (gemm.cu, kActPitch): 1 (the
 // default), 256-byte rows with swapped 16-byte halves in odd tokens; 0, rows padded by 16
 // bytes (before). BONSAI_CUDA_GEMM_STAGE=0|1 (any other value is an error). Read once per process.
@@ -53,10 +67,11 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
 // kernel: gemm_kernel() unless a test compares the two; both give the same floats for the same
 // k ranges, but the plan may pick other ranges for the wgmma kernel (one block per SM instead of
 // two). ranges > 0 (tests): that many k ranges instead of the plan's (`partial` must hold
-// ranges x t x Σ n_j floats).
+// ranges x t x Σ n_j floats). wg_swizzle (tests): the wgmma producer kernel's swizzle, 32 or
+// 128; 0: gemm_wg_swizzle().
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s, GemmKernel kernel = gemm_kernel(),
-                int ranges = 0);
+                int ranges = 0, int wg_swizzle = 0);
 // The number of k ranges gemm_tiled splits such a launch into (tests).
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
 

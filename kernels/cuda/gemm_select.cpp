@@ -1,12 +1,16 @@
 // BONSAI_CUDA_GEMM: which kernel runs the prefill GEMM (kernels/cuda/gemm.h, gemm_kernel);
 // BONSAI_CUDA_GEMM_STAGE: the mma.sync kernel's activation staging (gemm_stage);
-// BONSAI_CUDA_GEMM_WG_STAGES: the wgmma producer kernel's ring depth; its tensor maps.
+// BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE: the wgmma producer kernel's ring depth and activation
+// swizzle; BONSAI_CUDA_GEMM_WG_MIN: the automatic choice's threshold; the tensor maps.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <system_error>
+#include <utility>
 
 #include "bonsai/error.h"
 #include "kernels/cuda/gemm.h"
@@ -14,29 +18,74 @@
 
 namespace bonsai::cuda {
 
+namespace {
+// The current device's compute capability {major, minor}.
+std::pair<int, int> compute_capability() {
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return {major, minor};
+}
+}  // namespace
+
+bool gemm_wgmma_available() {
+  // The wgmma kernels have a body only in the sm_90a build, which the driver runs on compute
+  // capability 9.0 exactly; any other device runs the portable PTX, whose wgmma kernels trap.
+  static const bool available = compute_capability() == std::pair<int, int>{9, 0};
+  return available;
+}
+
 GemmKernel gemm_kernel() {
   static const GemmKernel choice = [] {
-    // The wgmma kernel has a body only in the sm_90a build, which the driver runs on compute
-    // capability 9.0 exactly; any other device runs the portable PTX, whose wgmma kernel traps.
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    const bool available = major == 9 && minor == 0;
     const char* e = std::getenv("BONSAI_CUDA_GEMM");
     const std::string_view v = e ? e : "";
-    // Default mma: the wgmma producer-warp kernel is bit-identical and as fast at t = 512, but
-    // pp512 was 0.5 % slower with it on the H200 (docs/performance.md, "Prefill GEMM").
-    if (v.empty()) return GemmKernel::mma;
+    // Default automatic: on compute capability 9.0 the wgmma producer kernel (128-byte swizzle)
+    // for grids of at least gemm_wg_min_blocks() blocks per SM, mma.sync for smaller ones and
+    // everywhere else. H200: pp512 +10 % against mma.sync (docs/performance.md, "Prefill GEMM",
+    // round 2).
+    if (v.empty() || v == "auto") return GemmKernel::automatic;
     if (v == "mma") return GemmKernel::mma;
     if (v != "wgmma" && v != "wgmma_cp")
-      fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma or wgmma_cp)", v);
-    if (!available)
+      fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma, wgmma_cp or auto)", v);
+    if (!gemm_wgmma_available()) {
+      const auto [major, minor] = compute_capability();
       fail("BONSAI_CUDA_GEMM={}: the device has compute capability {}.{}; the wgmma kernels need 9.0", v,
            major, minor);
+    }
     return v == "wgmma" ? GemmKernel::wgmma : GemmKernel::wgmma_cp;
   }();
   return choice;
+}
+
+int gemm_wg_min_blocks() {
+  static const int min_blocks = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_MIN");
+    const std::string_view v = e ? e : "";
+    // Default 1: grids of fewer blocks than SMs stay on mma.sync (H200: 5120 x 1024 at t = 256,
+    // 32 blocks, 19.7 us against 26.8 on wgmma; at t = 512, 64 blocks, 38.0 against 37.5), all
+    // larger ones run wgmma (6144 x 5120 at t = 256, 160 blocks: 81.2 against 79.2 us). pp512:
+    // 4348 with 1, 4350 with 0, 4225 with 2, 4130 with 4 (docs/performance.md, "Prefill GEMM").
+    if (v.empty()) return 1;
+    int n = -1;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 16)
+      fail("BONSAI_CUDA_GEMM_WG_MIN: '{}' is not a number of blocks per SM (0 to 16)", v);
+    return n;
+  }();
+  return min_blocks;
+}
+
+int gemm_wg_swizzle() {
+  static const int swizzle = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_SWIZZLE");
+    const std::string_view v = e ? e : "";
+    // Default 128: 2 activation boxes per stage instead of 8.
+    if (v.empty() || v == "128") return 128;
+    if (v == "32") return 32;
+    fail("BONSAI_CUDA_GEMM_WG_SWIZZLE: '{}' is not an activation swizzle of the wgmma kernel (32 or 128)", v);
+  }();
+  return swizzle;
 }
 
 int gemm_stage() {
@@ -103,12 +152,14 @@ void encode_2d(unsigned char (&out)[128], const void* base, CUtensorMapDataType 
 
 }  // namespace
 
-GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks) {
+GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle) {
   GemmTensorMaps m{};
   const auto rows = static_cast<uint64_t>(t), kb = static_cast<uint64_t>(kblocks);
-  // The activation: region r of a k-block = bytes [32r, 32r + 32) of 64 tokens' 256-byte records.
-  encode_2d(m.act, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kb * kActBytes, rows, 32, kGemmTokens,
-            CU_TENSOR_MAP_SWIZZLE_32B, "GEMM activation");
+  // The activation: region r of a k-block = bytes [swizzle·r, swizzle·(r + 1)) of 64 tokens'
+  // 256-byte records.
+  encode_2d(m.act, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kb * kActBytes, rows, static_cast<uint32_t>(swizzle),
+            kGemmTokens, swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
+            "GEMM activation");
   encode_2d(m.meta, meta, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, kb * 4, rows, 4, kGemmTokens,
             CU_TENSOR_MAP_SWIZZLE_NONE, "GEMM activation meta");
   return m;

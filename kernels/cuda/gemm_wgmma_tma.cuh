@@ -5,8 +5,9 @@
 // warpgroups of 64 rows, per 128-column k-block the exact sums Σc·hi and Σc·lo chained from the
 // bits of 1.5·2^23, T by flush_value, acc += T·(d·s) in k-block order: bit-identical to the
 // mma.sync kernel for the same k ranges). Status (H200, docs/performance.md "Prefill GEMM",
-// wgmma producer warp): all 27B matmuls at t = 512 in 102.0 ms against 102.5 for mma.sync and
-// 118.7 for gemm_wgmma_kernel; pp512 0.5 % below the default. Not the default.
+// round 2): with the 128-byte swizzle all 27B matmuls at t = 512 in 87.9 ms against 102.5 for
+// mma.sync (102.0 with the 32-byte swizzle), at t = 256 53.3 against 56.9; the default on compute
+// capability 9.0 for grids of at least one block per SM (BONSAI_CUDA_GEMM=auto), pp512 +10 %.
 // What differs from gemm_wgmma_kernel is who fills the stages:
 // - A third warpgroup is the producer. Its warp 0 alone issues a stage's copies, one per lane,
 //   through the async proxy: lanes 0-7 one `cp.async.bulk` each of a stored 544-byte chunk (the
@@ -16,7 +17,11 @@
 //   token n's 32 bytes at 32n with the 16-byte halves swapped when bit 2 of n is set, i.e.
 //   address bit 4 ^= bit 7: exactly the layout gemm_wgmma_kernel<SW = 1> stages by hand and its
 //   wgmma descriptors read, so the consumers' descriptors are the same); lane 16 one TMA box of
-//   the 64 tokens' float4 meta (a tensor map over [t][kblocks·4] floats, box 4 x 64). Tokens past
+//   the 64 tokens' float4 meta (a tensor map over [t][kblocks·4] floats, box 4 x 64). That is
+//   SWZ = 32 (BONSAI_CUDA_GEMM_WG_SWIZZLE=32, session 5's kernel). SWZ = 128 (the default): lanes
+//   8-9 one TMA box each of 128 bytes x 64 tokens (the hi or lo half of the records) with the
+//   128-byte swizzle, lane 10 the meta; 2 activation copies per stage instead of 8 (below, at
+//   the kernel). Tokens past
 //   t are zero-filled by the TMA (as the cp.async zero fill did); chunks of tiles past the stored
 //   ones are copied from tile 0 instead (finite values in rows that are never stored; the byte
 //   count per stage stays constant). The consumers no longer compute copy addresses, issue
@@ -59,17 +64,28 @@ namespace {
 
 constexpr int kTmaThreads = 384;  // two consumer warpgroups + the producer warpgroup
 
-// The stages (as gemm_wgmma_kernel's: the 8 stored chunks, the activation's 8 swizzled regions,
-// the 64 tokens' float4 meta), then per consumer warp two buffers of the 64 tokens' flush
-// operands {s, kMagic + Σq} (float2), then the full and empty mbarriers.
-template <int kStagesT>
+// The stages, then per consumer warp two buffers of the 64 tokens' flush operands {s, kMagic +
+// Σq} (float2), then the full and empty mbarriers. A stage holds the 8 stored chunks (kW bytes
+// at kOffW), the activation (kX at kOffX) and the 64 tokens' float4 meta (kM at kOffM).
+// SWZ = 32: as gemm_wgmma_kernel's stage (chunks, then the 8 swizzled 2048-byte regions, then
+// the meta; regions 256-byte aligned). SWZ = 128: the activation first, as two 8 KB regions (hi,
+// lo) of 8-token atoms of 1024 bytes, which the 128-byte swizzle needs 1024-byte aligned, so
+// the stage is padded to a multiple of 1024 bytes (22528 instead of 21760).
+template <int kStagesT, int SWZ>
 struct GemmSmemT {
+  static_assert(SWZ == 32 || SWZ == 128);
   using W = GemmSmemW<kStagesT>;
-  static constexpr int kCB = W::kCB, kW = W::kW, kX = W::kX, kM = W::kM, kStage = W::kStage;
+  static constexpr int kCB = W::kCB, kW = W::kW, kX = W::kX, kM = W::kM;
+  static constexpr int kAlign = SWZ == 128 ? 1024 : 256;  // of the activation regions
+  static constexpr int kOffW = SWZ == 128 ? kX : 0;
+  static constexpr int kOffX = SWZ == 128 ? 0 : kW;
+  static constexpr int kOffM = kW + kX;
+  static constexpr int kStage = (kW + kX + kM + kAlign - 1) / kAlign * kAlign;
   static constexpr int kP = kGemmTokens * 8;  // one operand buffer
   static constexpr int kBytes = kStagesT * kStage + 8 * 2 * kP;
   static constexpr int kBars = 16 * kStagesT;
-  static_assert(kW % 256 == 0 && kStage % 256 == 0, "swizzled regions need 256-byte alignment");
+  static_assert(kOffX % kAlign == 0 && kStage % kAlign == 0, "swizzled regions need their alignment");
+  static_assert(SWZ == 128 || kStage == W::kStage, "SWZ = 32 keeps gemm_wgmma_kernel's stage");
 };
 
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
@@ -107,14 +123,24 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #endif
 }
 
-// xmap: the activation [t][kblocks·256] u8 (box 32 x 64, 32-byte swizzle); mmap: the meta
-// [t][kblocks·4] f32 (box 4 x 64). Both describe the launch's token range (t tokens from its xq).
-template <int kStagesT>
+// xmap: the activation [t][kblocks·256] u8 (SWZ = 32: box 32 x 64, 32-byte swizzle; SWZ = 128:
+// box 128 x 64, 128-byte swizzle); mmap: the meta [t][kblocks·4] f32 (box 4 x 64). Both describe
+// the launch's token range (t tokens from its xq).
+//
+// SWZ = 128 (the layout of the 128-byte swizzle mode, wgmma layout type 1, K-major): region h
+// (0: hi, 1: lo) of a stage holds bytes [128h, 128h + 128) of the 64 tokens' records, token n's
+// 128 bytes at 128n with its 16-byte unit u stored at unit u ^ (n & 7) (address bits 4-6 ^= bits
+// 7-9, the region 1024-byte aligned): what one TMA box of 128 bytes x 64 tokens with
+// CU_TENSOR_MAP_SWIZZLE_128B writes. The wgmma of k-step j reads bytes [32j, 32j + 32) of each
+// token: its descriptor starts 32j bytes into the region (the swizzle is applied to the whole
+// address, so the start moves inside the 1024-byte atom, as CUTLASS's descriptor iterator does),
+// 8-token groups SBO = 1024 bytes apart; the leading offset is unused for swizzled K-major.
+template <int kStagesT, int SWZ>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_wgmma_tma_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                           const __grid_constant__ CUtensorMap mmap, int t, int kblocks) {
 #if BONSAI_WGMMA
-  using S = GemmSmemT<kStagesT>;
+  using S = GemmSmemT<kStagesT, SWZ>;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   constexpr int kR = 32;  // accumulators per set and thread (64 rows x 64 tokens / 128)
@@ -136,9 +162,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int kb0 = blockIdx.z * plan.kb_per_split, kb1 = min(kblocks, kb0 + plan.kb_per_split);
   const int n = kb1 - kb0;
   const int tile0 = (rb - bstart) * kBlockTiles;
-  // Stages from a 256-byte aligned base (the swizzle follows address bits 4 and 7).
+  // Stages from a kAlign-byte aligned base (the swizzle follows address bits 4-6 and 7-9).
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem)),
-                 spad = (256u - (sraw & 255u)) & 255u;
+                 spad = (S::kAlign - (sraw & (S::kAlign - 1u))) & (S::kAlign - 1u);
   const uint32_t sbase = sraw + spad;
   uint8_t* const sm = smem + spad;
   const uint32_t full0 = sbase + S::kBytes, empty0 = full0 + 8 * kStagesT;
@@ -161,16 +187,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       if (lane == 0) mbar_arrive_expect_tx(bar, kTx);
       __syncwarp();
       if (lane < kBlockTiles)
-        bulk_g2s(sbase + slot * S::kStage + lane * S::kCB, wsrc + static_cast<size_t>(kb0 + i) * S::kCB,
-                 S::kCB, bar);
+        bulk_g2s(sbase + slot * S::kStage + S::kOffW + lane * S::kCB,
+                 wsrc + static_cast<size_t>(kb0 + i) * S::kCB, S::kCB, bar);
     };
-    auto load_x = [&](int i) {  // the activation's 8 regions and the meta
+    auto load_x = [&](int i) {  // the activation's regions (8 of 32 bytes or 2 of 128) and the meta
+      constexpr int kRegions = kActBytes / SWZ, kRegion = kGemmTokens * SWZ;
       const uint32_t slot = i % kStagesT, bar = full0 + 8 * slot, st = sbase + slot * S::kStage;
       const int r = lane - kBlockTiles;
-      if (r >= 0 && r < 8)
-        tma_g2s_2d(st + S::kW + r * 2048, &xmap, (kb0 + i) * kActBytes + 32 * r, tok0, bar);
-      else if (r == 8)
-        tma_g2s_2d(st + S::kW + S::kX, &mmap, (kb0 + i) * 4, tok0, bar);
+      if (r >= 0 && r < kRegions)
+        tma_g2s_2d(st + S::kOffX + r * kRegion, &xmap, (kb0 + i) * kActBytes + SWZ * r, tok0, bar);
+      else if (r == kRegions)
+        tma_g2s_2d(st + S::kOffM, &mmap, (kb0 + i) * 4, tok0, bar);
     };
     const int first = min(n, kStagesT);
     for (int i = 0; i < first; ++i) load_w(i);
@@ -186,13 +213,19 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
   // ---- consumers: warpgroup wg owns rows 64·wg.. of the block (tiles 4·wg + w) ----
   setmaxnreg_inc<232>();
-  // The B descriptors (wgmma.cuh wgmma_desc, layout type 3, LBO 16, SBO 256) differ only in the
-  // start address field (bits 0-13, address / 16): the low word of region r of slot s is
-  // dlo0 + s·kStage/16 + r·128, with no carry out of the field (shared addresses < 2^18); the high
-  // word is the constant SBO | type. Computed once here instead of masked and shifted per wgmma.
-  static_assert(S::kBytes + S::kBars + 256 <= (1 << 18) && S::kStage % 16 == 0);
-  const uint32_t dlo0 = (((sbase + S::kW) & 0x3FFFFu) >> 4) | (1u << 16);
-  constexpr uint64_t kDescHi = (static_cast<uint64_t>(256 >> 4) | (3ull << 30)) << 32;
+  // The B descriptors (wgmma.cuh wgmma_desc; SWZ = 32: layout type 3, SBO 256; SWZ = 128: layout
+  // type 1, SBO 1024; LBO 16, unused) differ only in the start address field (bits 0-13, address
+  // / 16): the low word of a k-step's operand in slot s is dlo0 + s·kStage/16 + its offset / 16,
+  // with no carry out of the field (shared addresses < 2^18); the high word is the constant SBO |
+  // type. Computed once here instead of masked and shifted per wgmma.
+  static_assert(S::kBytes + S::kBars + S::kAlign <= (1 << 18) && S::kStage % 16 == 0);
+  const uint32_t dlo0 = (((sbase + S::kOffX) & 0x3FFFFu) >> 4) | (1u << 16);
+  constexpr uint64_t kSbo = SWZ == 128 ? 1024 : 256, kType = SWZ == 128 ? 1 : 3;
+  constexpr uint64_t kDescHi = ((kSbo >> 4) | (kType << 30)) << 32;
+  // The operand of k-step j: SWZ = 32, hi in region j, lo in region 4 + j (2048 bytes each);
+  // SWZ = 128, hi 32j bytes into region 0, lo 32j bytes into region 1 (8192 bytes on).
+  constexpr uint32_t kHiStep = SWZ == 128 ? 32 / 16 : 2048 / 16,
+                     kLoOff = SWZ == 128 ? 8192 / 16 : 4 * 2048 / 16;
   pdl_wait();  // (the output may still be read by the previous kernel)
   const int tile = wg * 4 + w;
   float acc[kR];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
@@ -205,7 +238,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   auto issue = [&](int i, int set) {
     const int slot = i % kStagesT;
     mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
-    const uint8_t* chunk = sm + slot * S::kStage + tile * S::kCB;
+    const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
     uint32_t a[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) gather_codes(a[j], chunk, g, tg, j);
@@ -218,16 +251,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const uint32_t dlo = dlo0 + slot * (S::kStage / 16);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      // Layout type 3 (32-byte swizzle): k-step j of hi in region j, of lo in region 4 + j;
-      // 8-token groups 256 B apart (the leading offset is unused).
-      const uint64_t dh = kDescHi | (dlo + j * (2048 / 16)), dl = kDescHi | (dlo + (4 + j) * (2048 / 16));
+      const uint64_t dh = kDescHi | (dlo + j * kHiStep), dl = kDescHi | (dlo + kLoOff + j * kHiStep);
       wgmma_m64n64k32_u8s8(hs[set], a[j], dh, 1);
       wgmma_m64n64k32_u8s8(ls[set], a[j], dl, 1);
     }
     wgmma_commit();
     // While they run: this warp's flush operands of k-block i (two tokens per lane) into buffer
     // i & 1, read by flush(i) in the next half-iteration (__syncwarp there orders the stores).
-    const uint8_t* mst = sm + slot * S::kStage + S::kW + S::kX;
+    const uint8_t* mst = sm + slot * S::kStage + S::kOffM;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float4 m = *reinterpret_cast<const float4*>(mst + (lane + 32 * h) * 16);
@@ -240,7 +271,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   auto flush = [&](int i, int set) {
     const int slot = i % kStagesT;
     const uint8_t* st = sm + slot * S::kStage;
-    const uint32_t sw = *reinterpret_cast<const uint32_t*>(st + tile * S::kCB + kCodeBytes + g * 4);
+    const uint32_t sw =
+        *reinterpret_cast<const uint32_t*>(st + S::kOffW + tile * S::kCB + kCodeBytes + g * 4);
     const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
     __syncwarp();  // the operand stores of issue(i)
     const float2* op = ops + (i & 1) * kGemmTokens;
