@@ -6,7 +6,9 @@
 // G = 2: 64-column groups), odd row counts, several jobs per launch, t = 1..4, a whole row group
 // per warp (y written directly), a group shared by up to 136 warps (the fix-up), long rows
 // (k = 17408; with BONSAI_CUDA_MV_WS=4 the staged activation shrinks the ring at t = 2), codes 0..3, zero
-// scales, an all-zero token. The split counters must be left zero. Needs a device with sm_90
+// scales, an all-zero token. The split counters must be left zero. CudaMatvecKernels.
+// FixupsMatchBitwise: the two split fix-ups (launch.h, MatvecFixup) of the bulk and ws kernels
+// against legacy, and which fix-up each launch takes. Needs a device with sm_90
 // code (Hopper); skips with the reason otherwise. With BONSAI_CUDA_BENCH=1, CudaBench.
 // MatvecKernelsOneShape times the three kernels on one shape (A/B in one process; profiling).
 #include <gtest/gtest.h>
@@ -184,6 +186,115 @@ TEST(CudaMatvecKernels, WsAndBulkMatchLegacyBitwise) {
     }
   }
   EXPECT_GT(ws_launches, 0);
+}
+
+// The first-rank fix-up (rank 0 of a split row group waits for the others' slots and adds them
+// to its own sums) must give the same floats as the last-arriver one: the same sums in the
+// same order, 0 + rank 0 + rank 1 + ..., so bit for bit, for both kernels that have it, against
+// legacy (which only has the last-arriver one). Cases: G = 1 and 2; groups shared by up to 136
+// warps (k = 17408, one unit per warp) and by a few; several jobs, odd row counts; t = 1..4 (one
+// token group: first is taken) and t = 5, 8 (two token groups) and a plan for 4x the SMs (more
+// blocks than are resident at once): there the launch must fall back to last (rank 0 would spin
+// on blocks that cannot start). Each launch runs twice in a row, and the counters must be zero
+// after every launch (the first-rank fix-up resets them too).
+TEST(CudaMatvecKernels, FixupsMatchBitwise) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const int sms = sm_count();
+  struct Case {
+    int groups;
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+    int plan_sms;  // the SM count the plan is made for
+  };
+  const Case cases[] = {
+      {1, {64}, 17408, {1, 2, 3, 4}, sms},                // one group, 136 warps
+      {2, {600}, 17408, {1, 4}, sms},                     // 10 groups of 20-ish warps
+      {1, {77, 300, 33, 1000}, 5120, {1, 2, 3, 4}, sms},  // 4 jobs, odd n
+      {2, {67, 130}, 6144, {1, 2, 3, 4}, sms},            // groups of 20-ish warps
+      {1, {1000}, 5120, {5, 8}, sms},                     // two token groups: last
+      {2, {130, 61}, 6144, {5}, sms},                     // two token groups: last
+      {1, {10240}, 5120, {1, 3}, 4 * sms},                // ~3x more blocks than resident: last
+      {2, {10000}, 6144, {2}, 4 * sms},                   // the same, G = 2
+  };
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / cuda::kBlockK;
+    DevMem mem;
+    auto dalloc = [&](size_t bytes) { return mem.alloc(bytes); };
+    std::mt19937 rng(static_cast<uint32_t>(3 * k + cs.groups));
+    cuda::TiledJobs jobs;
+    for (const int64_t n : cs.ns) {
+      const auto raw = random_rows(cs.groups, n, k, rng);
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      jobs.job[jobs.count].w = tiled_weight(mem, draw, cs.groups, n, k);
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+    }
+    for (const int t : cs.ts) {
+      const auto x = randn(static_cast<size_t>(t) * k, 23 + t, 3.0f);
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* xq = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      auto* meta = static_cast<float4*>(dalloc(static_cast<size_t>(t) * kb * sizeof(float4)));
+      cuda::quantize_act(dx, xq, meta, t, k, nullptr);
+      size_t partial_floats = 0, counter_count = 0;
+      cuda::matvec_tiled_scratch(jobs, t, k, cs.plan_sms, &partial_floats, &counter_count);
+      auto* partial = static_cast<float*>(dalloc(partial_floats * 4));
+      auto* counters = static_cast<int*>(dalloc(counter_count * 4));
+      cudaMemset(counters, 0, counter_count * 4);
+      const std::string what = "G " + std::to_string(cs.groups) + " k " + std::to_string(k) + " t " +
+                               std::to_string(t) + " plan SMs " + std::to_string(cs.plan_sms);
+      const bool one_wave = t <= 4 && cs.plan_sms == sms;  // the plan's blocks: 2 per SM
+      struct Run {
+        cuda::MatvecKernel kernel;
+        cuda::MatvecFixup fixup;
+        const char* name;
+      };
+      const Run runs[] = {{cuda::MatvecKernel::legacy, cuda::MatvecFixup::last, "legacy"},
+                          {cuda::MatvecKernel::bulk, cuda::MatvecFixup::last, "bulk last"},
+                          {cuda::MatvecKernel::bulk, cuda::MatvecFixup::first, "bulk first"},
+                          {cuda::MatvecKernel::ws, cuda::MatvecFixup::last, "ws last"},
+                          {cuda::MatvecKernel::ws, cuda::MatvecFixup::first, "ws first"}};
+      std::vector<std::vector<float>> ref;  // legacy's y per job
+      for (const Run& run : runs) {
+        cuda::TiledJobs out = jobs;
+        for (int j = 0; j < jobs.count; ++j) {
+          const size_t bytes = static_cast<size_t>(t) * jobs.job[j].n * 4;
+          out.job[j].y = static_cast<float*>(dalloc(bytes));
+        }
+        for (int rep = 0; rep < 2; ++rep) {
+          for (int j = 0; j < jobs.count; ++j)
+            cudaMemset(out.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+          const cuda::MatvecFixup used =
+              cuda::matvec_tiled(out, cs.groups, xq, meta, t, k, cs.plan_sms, partial, counters, nullptr,
+                                 true, run.kernel, run.fixup);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << " " << run.name;
+          const bool want_first = run.fixup == cuda::MatvecFixup::first && one_wave;
+          EXPECT_EQ(used, want_first ? cuda::MatvecFixup::first : cuda::MatvecFixup::last)
+              << what << " " << run.name;
+          std::vector<int> left(counter_count);
+          cudaMemcpy(left.data(), counters, left.size() * 4, cudaMemcpyDeviceToHost);
+          for (size_t i = 0; i < left.size(); ++i)
+            ASSERT_EQ(left[i], 0) << what << " " << run.name << " counter " << i;
+          for (int j = 0; j < jobs.count; ++j) {
+            std::vector<float> y(static_cast<size_t>(t) * jobs.job[j].n);
+            cudaMemcpy(y.data(), out.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
+            if (ref.size() < static_cast<size_t>(jobs.count)) {
+              for (size_t i = 0; i < y.size(); ++i)
+                ASSERT_FALSE(std::isnan(y[i])) << what << " legacy i " << i;
+              ref.push_back(std::move(y));
+              continue;
+            }
+            for (size_t i = 0; i < y.size(); ++i)
+              ASSERT_EQ(std::memcmp(&ref[j][i], &y[i], 4), 0)
+                  << what << " " << run.name << " job " << j << " i " << i << ": " << ref[j][i]
+                  << " (legacy) vs " << y[i];
+          }
+        }
+      }
+    }
+  }
 }
 
 // One shape, BONSAI_CUDA_BENCH_K x BONSAI_CUDA_BENCH_N (default 5120 x 10240, PQ2_0), each

@@ -50,12 +50,22 @@ bool matvec_kernel_available(MatvecKernel kernel);
 // slot after its math, 2 the producer's lanes wait together, 4 the activation staged in shared
 // memory, 8 two producer warps (else one), 16 no activation prefetch. Read once per process.
 int matvec_ws_variant();
+// How the bulk and ws kernels sum a row group split between warps (kernels/cuda/
+// matvec_common.cuh, finish_pair; both give the same floats): last, the last warp to arrive
+// adds every warp's slot; first, the group's first warp waits for the others' slots (they
+// publish without waiting) and adds them to its own sums. first only where every block of
+// the launch is resident at once (one wave, t <= 4); elsewhere, and in the legacy kernel,
+// last. BONSAI_CUDA_MV_FIXUP=first|last (any other value is an error); read once per process.
+enum class MatvecFixup { last, first };
+MatvecFixup matvec_fixup();
 // evict_first: the Hopper paths' weight copies carry an L2 evict-first policy (each weight
 // byte is read once per launch), as the register-staged path's __ldcs loads do; the results
-// do not depend on it. kernel: matvec_kernel() unless a test compares the kernels.
-void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first = false,
-                  MatvecKernel kernel = matvec_kernel());
+// do not depend on it. kernel, fixup: matvec_kernel(), matvec_fixup() unless a test compares
+// them. Returns the fix-up the launch uses.
+MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
+                         int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
+                         bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
+                         MatvecFixup fixup = matvec_fixup());
 // Ring slots per consumer warp the ws kernel uses for t tokens at k columns (tests; 0: such a
 // launch runs the bulk kernel instead).
 int matvec_ws_ring(int groups, int t, int64_t k);

@@ -242,7 +242,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 }
 
 // ---- tiled ternary matvec, Hopper: weights staged by the bulk-copy engine -----------------
-// Same work split, numerics and split fix-up as matvec_tiled_kernel, but a warp's weights
+// Same work split, numerics and split fix-up as matvec_tiled_kernel (finish_pair; also its
+// first-rank form when first_sums), but a warp's weights
 // reach it through a ring of `plan.ring` unit slots in shared memory (one unit: its four
 // tiles' chunks of one k-block, 2.1 KB) filled by cp.async.bulk: one instruction per chunk
 // instead of one 16-byte load per lane, and up to ring x 2.1 KB per warp (ring 4: 140 KB per
@@ -254,7 +255,7 @@ template <int G, bool kEvictFirst>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     matvec_bulk_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                        const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
-                       int* counters) {
+                       int* counters, bool first_sums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ __align__(8) uint64_t bars[kWarps][kMaxRing];
@@ -400,52 +401,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 #pragma unroll
     for (int i = 1; i < kMaxJobs; ++i)
       if (i == done.job) job = jobs.job[i];
-    const int p_lo = done.gpair * kblocks, p_hi = p_lo + kblocks;
-    const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
-    const int row0 = done.pair * kPairRows;
-    float v[2 * kWarpTiles];
-#pragma unroll
-    for (int i = 0; i < 2 * kWarpTiles; ++i) {
-      v[i] = acc[i / 2][i % 2];
-      acc[i / 2][i % 2] = 0.0f;
-    }
-    auto row_of = [&](int i) { return (i / 2) * kTileRows + g + 8 * (i % 2); };
-    if (first == last) {
-      if (tig < ntok)
-#pragma unroll
-        for (int i = 0; i < 2 * kWarpTiles; ++i)
-          if (row0 + row_of(i) < job.n)
-            job.y[static_cast<size_t>(tok0 + tig) * job.n + row0 + row_of(i)] = v[i];
-      continue;
-    }
-    float* slots = partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair) * plan.slots *
-                                 (kPairRows * kTok);
-#pragma unroll
-    for (int i = 0; i < 2 * kWarpTiles; ++i)
-      slots[(gw - first) * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
-    __threadfence();
-    __syncwarp();
-    int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + done.gpair;
-    int arrived = 0;
-    if (lane == 0) arrived = atomicAdd(counter, 1);
-    arrived = __shfl_sync(kFullMask, arrived, 0);
-    if (arrived != last - first) continue;
-    __threadfence();
-    // Each lane sums rows lane and 32 + lane over the slots in rank order (deterministic),
-    // the two rows' loads interleaved so that many are in flight.
-    const int nr = last - first + 1;
-    for (int tok = 0; tok < ntok; ++tok) {
-      float s0 = 0.0f, s1 = 0.0f;
-      const float* sl = slots + tok;
-#pragma unroll 8
-      for (int r = 0; r < nr; ++r) {
-        s0 += __ldcg(sl + r * (kPairRows * kTok) + lane * kTok);
-        s1 += __ldcg(sl + r * (kPairRows * kTok) + (32 + lane) * kTok);
-      }
-      if (row0 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + lane] = s0;
-      if (row0 + 32 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + 32 + lane] = s1;
-    }
-    if (lane == 0) *counter = 0;
+    finish_pair(acc, job, done.pair, done.gpair, gw, plan, kblocks, tok0, ntok, partial, counters,
+                first_sums);
   }
 #else
   __trap();  // launched only on compute capability 9.0 and newer (matvec_tiled)
@@ -502,21 +459,28 @@ unsigned stream_blocks(const StreamPlan& p) {
   return blocks_for(warps, kWarps);
 }
 
+// Returns the fix-up the launch uses: `fixup` where the kernel has it and the launch allows
+// it (first_sums_safe), else last (legacy always).
 template <int G>
-void launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
-                   const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                   bool evict_first, MatvecKernel kernel) {
-  if (kernel == MatvecKernel::ws && launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial,
-                                                     counters, s, evict_first, matvec_config().blocks_per_sm))
-    return;
+MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
+                          const float4* meta, int t, int kblocks, float* partial, int* counters,
+                          cudaStream_t s, bool evict_first, MatvecKernel kernel, MatvecFixup fixup) {
+  bool first_sums = fixup == MatvecFixup::first;
+  auto used = [&] { return first_sums ? MatvecFixup::first : MatvecFixup::last; };
+  if (kernel == MatvecKernel::ws &&
+      launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first,
+                       matvec_config().blocks_per_sm, first_sums))
+    return used();
   if (kernel != MatvecKernel::legacy) {  // bulk, or ws whose shared memory does not fit
     const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
     auto* k = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters);
-  } else {
-    launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+    first_sums = first_sums && first_sums_safe(k, grid, kWarps * 32, smem);
+    launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters, first_sums);
+    return used();
   }
+  launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
+  return MatvecFixup::last;
 }
 
 }  // namespace
@@ -535,16 +499,17 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
   *counters = groups * p.pairs;
 }
 
-void matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                  int sm_count, float* partial, int* counters, cudaStream_t s, bool evict_first,
-                  MatvecKernel kernel) {
+MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
+                         int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
+                         bool evict_first, MatvecKernel kernel, MatvecFixup fixup) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
-    launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel);
-  else
-    launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel);
+    return launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
+                            fixup);
+  return launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
+                          fixup);
 }
 
 int matvec_ws_ring(int groups, int t, int64_t k) {

@@ -71,15 +71,39 @@ __device__ __forceinline__ void unit_dot(float (&acc)[kWarpTiles][2], const uint
   }
 }
 
+// Release / acquire at GPU scope on a split counter (sm_70+; finish_pair's first-rank fix-up).
+__device__ __forceinline__ void red_release_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // The warp (global index gw, lanes g = lane / 4, tig = lane % 4) is done with its share of
 // global row group `gpair` (group `pair` of job `job`); acc holds its sums over that share
-// and is reset. The warp wrote y itself when its range covered the whole group; otherwise it
-// stores its sums in the group's slot of its rank (ranges first..last meet the group), and
-// the last to arrive adds the slots in rank order (deterministic) into y and resets the
-// group's counter for the next launch.
+// and is reset. The warp writes y itself when its range covered the whole group; otherwise the
+// group is split between the warps first..last (rank = gw - first) and summed in rank order,
+// starting from 0 (deterministic: both fix-ups below give the same floats):
+//   last-arriver (first_sums false): every rank stores its sums in the group's slot of its
+//     rank, fences and counts itself in the group's counter (atomicAdd, waiting for the old
+//     value); the last to arrive adds the slots 0..nr-1 into y and resets the counter.
+//   first-rank (first_sums true): ranks > 0 store their slot and count themselves with a
+//     release, without waiting for a value; rank 0 stores its slot without a fence, waits
+//     (acquire loads) until the counter reaches nr - 1 and adds the slots 0..nr-1 into y (the
+//     same loop, the same floats) and resets the counter.
+//     Rank 0's range *ends* in the group's first k-blocks, so it meets the group last in its
+//     life, while ranks > 0 meet it first in theirs: the wait is usually short. But rank 0
+//     spins on warps of later blocks, so the launch must have every block resident at once
+//     (one wave, one token group): the launcher checks that (first_sums_safe) and otherwise
+//     passes false. Waits never go the other way (a warp waits only for warps of higher
+//     index, and only at its range's end), so with every block resident the highest waiting
+//     warp always progresses.
 __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const TiledJob& job, int pair,
                                             int gpair, int gw, const StreamPlan& plan, int kblocks, int tok0,
-                                            int ntok, float* __restrict__ partial, int* counters) {
+                                            int ntok, float* __restrict__ partial, int* counters,
+                                            bool first_sums = false) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int p_lo = gpair * kblocks, p_hi = p_lo + kblocks;  // the group's units
   const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
@@ -101,20 +125,41 @@ __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const T
   }
   float* slots =
       partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + gpair) * plan.slots * (kPairRows * kTok);
-#pragma unroll
-  for (int i = 0; i < 2 * kWarpTiles; ++i)
-    slots[(gw - first) * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
-  __threadfence();
-  __syncwarp();
   int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + gpair;
-  int arrived = 0;
-  if (lane == 0) arrived = atomicAdd(counter, 1);
-  arrived = __shfl_sync(kFullMask, arrived, 0);
-  if (arrived != last - first) return;
-  __threadfence();  // every other slot of the group is visible (written before its fence)
+  const int nr = last - first + 1, rank = gw - first;
+#pragma unroll
+  for (int i = 0; i < 2 * kWarpTiles; ++i) slots[rank * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
+  if (first_sums) {
+    if (rank > 0) {
+      // Publish: the warp barrier orders every lane's slot stores before lane 0's reduction
+      // (bar.warp.sync guarantees memory ordering among the participating threads), and a
+      // release is cumulative: rank 0's acquire that reads this count (or a later one in the
+      // counter's modification order, which holds only reductions) then sees all 32 lanes'
+      // stores. A reduction returns nothing, so the warp does not wait for an L2 round trip
+      // for the count; it still waits, at the release, for its stores to be performed.
+      __syncwarp();
+      if (lane == 0) red_release_add(counter, 1);
+      return;
+    }
+    // Rank 0 stored its own slot above without a fence: only this warp reads it, after the
+    // warp barrier below (which orders the lanes' stores before the other lanes' loads). Kept
+    // in registers instead (gathered by shuffles), the sums cost the G = 2 ws kernel a
+    // spill at its 96-register budget, or half the loads in flight below.
+    if (lane == 0)
+      while (ld_acquire(counter) != nr - 1) {
+      }
+    __syncwarp();  // every lane's loads below are ordered after lane 0's acquire
+  } else {
+    __threadfence();
+    __syncwarp();
+    int arrived = 0;
+    if (lane == 0) arrived = atomicAdd(counter, 1);
+    arrived = __shfl_sync(kFullMask, arrived, 0);
+    if (arrived != nr - 1) return;
+    __threadfence();  // every other slot of the group is visible (written before its fence)
+  }
   // Each lane sums rows lane and 32 + lane over the slots in rank order (deterministic),
   // the two rows' loads interleaved so that many are in flight.
-  const int nr = last - first + 1;
   for (int tok = 0; tok < ntok; ++tok) {
     float s0 = 0.0f, s1 = 0.0f;
     const float* sl = slots + tok;
@@ -186,9 +231,33 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // matvec_ws.cu launches the warp-specialized kernel. Returns false (launching nothing) when
 // its shared memory (rings of at least 2 slots + the staged activation) does not fit
 // kBlocksPerSm blocks per SM: then the caller runs the bulk kernel (same results).
+// first_sums: in, the first-rank fix-up asked for; out, whether the launch uses it
+// (first_sums_safe).
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                       const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                      bool evict_first, int blocks_per_sm);
+                      bool evict_first, int blocks_per_sm, bool& first_sums);
+// Whether a launch of `kernel` (its max dynamic shared memory already set) may use the
+// first-rank fix-up (finish_pair): only if every block of the launch is resident at once, since
+// rank 0 spins on warps of later blocks. That holds when the grid is one token group
+// (grid.y == 1, t <= kTok) and one wave: grid.x <= (blocks per SM the occupancy API gives for
+// this kernel, block size and shared memory) x SMs. Blocks of other kernels do not break it: a
+// kernel launched before ours finishes on its own (it waits for nothing of ours), and one
+// launched after it by programmatic dependent launch starts only once every block of ours has
+// run pdl_trigger (the first thing each does), i.e. is resident. The backend launches on one
+// stream; a concurrent spinning launch on another stream of the same device could deadlock.
+template <typename Kernel>
+bool first_sums_safe(Kernel* kernel, dim3 grid, int threads, size_t smem) {
+  if (grid.y != 1 || grid.z != 1) return false;
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();  // a failed query is not an error of the next launch: the safe fix-up runs
+    return false;
+  }
+  return static_cast<long long>(grid.x) <= static_cast<long long>(per_sm) * sms;
+}
+
 // Ring slots per consumer warp the ws kernel uses for a launch of t tokens over kblocks
 // k-blocks with `ring` slots asked for and blocks_per_sm blocks per SM (0: it does not fit).
 int matvec_ws_slots(int groups, int ring, int t, int kblocks, int blocks_per_sm);

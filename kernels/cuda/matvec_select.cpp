@@ -1,5 +1,6 @@
 // BONSAI_CUDA_MV: which kernel runs the ternary matvec (kernels/cuda/launch.h, matvec_kernel);
-// BONSAI_CUDA_MV_WS: the ws kernel's protocol variant (matvec_ws_variant).
+// BONSAI_CUDA_MV_WS: the ws kernel's protocol variant (matvec_ws_variant); BONSAI_CUDA_MV_FIXUP:
+// the split fix-up of the bulk and ws kernels (matvec_fixup).
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
@@ -47,6 +48,18 @@ int matvec_ws_variant() {
     return n;
   }();
   return variant;
+}
+
+MatvecFixup matvec_fixup() {
+  static const MatvecFixup fixup = [] {
+    const char* e = std::getenv("BONSAI_CUDA_MV_FIXUP");
+    const std::string_view v = e ? e : "";
+    // Default first: bit-identical to last (docs/performance.md, "Split-K fix-up").
+    if (v.empty() || v == "first") return MatvecFixup::first;
+    if (v != "last") fail("BONSAI_CUDA_MV_FIXUP: '{}' is not a split fix-up (first or last)", v);
+    return MatvecFixup::last;
+  }();
+  return fixup;
 }
 
 }  // namespace bonsai::cuda

@@ -78,7 +78,7 @@ template <int G, bool kEvictFirst>
 __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
     matvec_ws_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                      const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
-                     int* counters, int flags) {
+                     int* counters, int flags, bool first_sums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kWarps][kMaxRing];
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
         jb = jobs.job[i];
         pair0 = plan.pair_start[i];
       }
-    finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters);
+    finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters, first_sums);
     kb = 0;
     ++gpair;
   }
@@ -341,7 +341,7 @@ int matvec_ws_slots(int groups, int ring, int t, int kblocks, int blocks_per_sm)
 
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                       const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                      bool evict_first, int blocks_per_sm) {
+                      bool evict_first, int blocks_per_sm, bool& first_sums) {
   StreamPlan plan = p;
   plan.ring = matvec_ws_slots(groups, p.ring, t, kblocks, blocks_per_sm);
   if (plan.ring == 0) return false;
@@ -351,7 +351,9 @@ bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJob
                              : (evict_first ? matvec_ws_kernel<1, true> : matvec_ws_kernel<1, false>);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const int threads = (kWarps + (flags & kTwoProducers ? 2 : 1)) * 32;
-  launch(kernel, grid, threads, smem, s, jobs, plan, xq, meta, t, kblocks, partial, counters, flags);
+  first_sums = first_sums && first_sums_safe(kernel, grid, threads, smem);
+  launch(kernel, grid, threads, smem, s, jobs, plan, xq, meta, t, kblocks, partial, counters, flags,
+         first_sums);
   return true;
 }
 

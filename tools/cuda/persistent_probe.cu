@@ -65,13 +65,18 @@
 #include "kernels/cuda/tile_layout.h"
 
 // The production matvec's run-time selection (kernels/cuda/matvec_select.cpp, elementwise.cu)
-// without the library: the ws kernel, its default protocol (two producer warps), PDL on.
+// without the library: the ws kernel, its default protocol (two producer warps), the
+// first-rank split fix-up, PDL on.
 namespace bonsai::cuda {
 MatvecKernel matvec_kernel() {
   const char* e = std::getenv("PK_MV");
   return e && std::strcmp(e, "bulk") == 0 ? MatvecKernel::bulk : MatvecKernel::ws;
 }
 int matvec_ws_variant() { return 8; }
+MatvecFixup matvec_fixup() {  // the production default (first); PK_FIXUP=last: the last-arriver one
+  const char* e = std::getenv("PK_FIXUP");
+  return e && std::strcmp(e, "last") == 0 ? MatvecFixup::last : MatvecFixup::first;
+}
 bool pdl_enabled() { return true; }
 }  // namespace bonsai::cuda
 
