@@ -285,12 +285,16 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
       const size_t scratch =
           std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms), static_cast<size_t>(ranges) * t * rows);
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
-      // mma, then the wgmma kernels: the producer warp's bulk / TMA feed (128-byte swizzle, then
-      // 32-byte), the consumers' cp.async.
-      const cuda::GemmKernel kernels[] = {cuda::GemmKernel::mma, cuda::GemmKernel::wgmma,
-                                          cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma_cp};
-      const int swizzles[] = {0, 128, 32, 0};
-      constexpr int kVariants = 4;
+      // mma, then the wgmma kernels: the producer warp's bulk / TMA feed (128-byte swizzle with
+      // the default consumer loop, then 32-byte), the consumers' cp.async, the producer kernel's
+      // consumer loops 0, 1, 2 (128-byte swizzle).
+      const cuda::GemmKernel kernels[] = {cuda::GemmKernel::mma,   cuda::GemmKernel::wgmma,
+                                          cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma_cp,
+                                          cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma,
+                                          cuda::GemmKernel::wgmma};
+      const int swizzles[] = {0, 128, 32, 0, 128, 128, 128};
+      const int loops[] = {-1, -1, -1, -1, 0, 1, 2};
+      constexpr int kVariants = 7;
       std::vector<std::vector<float>> ys[kVariants];
       for (int v = 0; v < kVariants; ++v) {
         const auto kernel = kernels[v];
@@ -299,7 +303,8 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
           run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
           cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
         }
-        cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0, swizzles[v]);
+        cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0, swizzles[v],
+                         loops[v]);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         for (int j = 0; j < jobs.count; ++j) {
           ys[v].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
@@ -313,7 +318,8 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
             const float a = ys[0][j][i], b = ys[v][j][i];
             ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
             ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
-                << "variant " << v << " (1: wgmma 128-byte swizzle, 2: 32-byte, 3: wgmma_cp) k " << k << " t "
+                << "variant " << v
+                << " (1: wgmma 128-byte swizzle, 2: 32-byte, 3: wgmma_cp, 4-6: loops 0-2) k " << k << " t "
                 << t << " job " << j << " i " << i << ": " << a << " vs " << b;
           }
     }

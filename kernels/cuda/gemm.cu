@@ -510,7 +510,7 @@ void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, con
 
 // The producer-warp kernel (gemm_wgmma_tma.cuh) on this launch's token range: the tensor maps
 // (gemm_select.cpp) describe its t tokens from xq / meta.
-template <int ST, int SWZ>
+template <int ST, int SWZ, int LOOP>
 void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
                         int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
@@ -524,8 +524,10 @@ void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq,
   constexpr int smem = S::kBytes + S::kBars + S::kAlign;  // + the mbarriers, alignment
   const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
                   static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST, SWZ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  launch(gemm_wgmma_tma_kernel<ST, SWZ>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t, kblocks);
+  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST, SWZ, LOOP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       smem);
+  launch(gemm_wgmma_tma_kernel<ST, SWZ, LOOP>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t,
+         kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
@@ -589,10 +591,12 @@ int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int s
 }
 
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
-                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges, int wg_swizzle) {
+                int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges, int wg_swizzle,
+                int wg_loop) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
   const bool sw128 = (wg_swizzle ? wg_swizzle : gemm_wg_swizzle()) == 128;
+  const int loop = wg_loop >= 0 ? wg_loop : gemm_wg_loop();
   const GemmKernel chosen = kernel;
   for (int t0 = 0; t0 < t; t0 += span) {
     const int n = std::min(span, t - t0);
@@ -604,15 +608,24 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
     if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
     if (use_wgmma(groups, kernel) && kernel == GemmKernel::wgmma) {
+      // The consumer loop's variants (LOOP 1, 2) run with the 128-byte swizzle only.
       const bool st4 = gemm_wg_stages() == 4;
-      if (sw128 && st4)
-        run_gemm_wgmma_tma<4, 128>(p, part, x, m, n, kblocks, partial, s);
+      if (sw128 && loop == 2 && st4)
+        run_gemm_wgmma_tma<4, 128, 2>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128 && loop == 2)
+        run_gemm_wgmma_tma<8, 128, 2>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128 && loop == 1 && st4)
+        run_gemm_wgmma_tma<4, 128, 1>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128 && loop == 1)
+        run_gemm_wgmma_tma<8, 128, 1>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128 && st4)
+        run_gemm_wgmma_tma<4, 128, 0>(p, part, x, m, n, kblocks, partial, s);
       else if (sw128)
-        run_gemm_wgmma_tma<8, 128>(p, part, x, m, n, kblocks, partial, s);
+        run_gemm_wgmma_tma<8, 128, 0>(p, part, x, m, n, kblocks, partial, s);
       else if (st4)
-        run_gemm_wgmma_tma<4, 32>(p, part, x, m, n, kblocks, partial, s);
+        run_gemm_wgmma_tma<4, 32, 0>(p, part, x, m, n, kblocks, partial, s);
       else
-        run_gemm_wgmma_tma<8, 32>(p, part, x, m, n, kblocks, partial, s);
+        run_gemm_wgmma_tma<8, 32, 0>(p, part, x, m, n, kblocks, partial, s);
     } else if (use_wgmma(groups, kernel)) {
       if (wgmma_swizzle())
         run_gemm_wgmma<6, 64, 1>(p, part, x, m, n, kblocks, partial, s);

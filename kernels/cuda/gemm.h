@@ -36,13 +36,19 @@ GemmKernel gemm_launch_kernel(GemmKernel kernel, int groups, int grid, int sm_co
 // automatic's threshold: wgmma for launches of at least this many blocks per SM,
 // BONSAI_CUDA_GEMM_WG_MIN=0..16 (default in gemm_select.cpp; any other value is an error).
 int gemm_wg_min_blocks();
-// The wgmma producer kernel's ring depth: 8 (default) or 4, BONSAI_CUDA_GEMM_WG_STAGES (any other
+// The wgmma producer kernel's ring depth: 4 (default) or 8, BONSAI_CUDA_GEMM_WG_STAGES (any other
 // value is an error). Read once per process.
 int gemm_wg_stages();
 // The wgmma producer kernel's activation swizzle: 128 (default; 2 TMA boxes of 128 bytes per
 // stage) or 32 (8 boxes of 32 bytes, session 5's first kernel), BONSAI_CUDA_GEMM_WG_SWIZZLE (any
 // other value is an error). Read once per process.
 int gemm_wg_swizzle();
+// The wgmma producer kernel's consumer loop (gemm_wgmma_tma.cuh, LOOP; with the 128-byte swizzle
+// only): 0 (round 2's), 1 (the stage's reads done before the wgmmas, the flush operands formed
+// after them) or 2 (the default: 1, and the next k-block's reads, A gather and set init before
+// the wait for the current wgmmas), BONSAI_CUDA_GEMM_WG_LOOP (any other value is an error).
+// Read once per process.
+int gemm_wg_loop();
 // The wgmma producer kernel's two CUtensorMaps (128 bytes each, kept opaque here so that this
 // header needs no cuda.h) for a launch over t tokens: act = xq [t][kblocks·256] bytes, box
 // `swizzle` (32 or 128) bytes x kGemmTokens tokens with the swizzle of that many bytes; meta =
@@ -68,10 +74,10 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
 // k ranges, but the plan may pick other ranges for the wgmma kernel (one block per SM instead of
 // two). ranges > 0 (tests): that many k ranges instead of the plan's (`partial` must hold
 // ranges x t x Σ n_j floats). wg_swizzle (tests): the wgmma producer kernel's swizzle, 32 or
-// 128; 0: gemm_wg_swizzle().
+// 128; 0: gemm_wg_swizzle(). wg_loop (tests): its consumer loop, 0..2; -1: gemm_wg_loop().
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s, GemmKernel kernel = gemm_kernel(),
-                int ranges = 0, int wg_swizzle = 0);
+                int ranges = 0, int wg_swizzle = 0, int wg_loop = -1);
 // The number of k ranges gemm_tiled splits such a launch into (tests).
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
 

@@ -1,7 +1,8 @@
 // BONSAI_CUDA_GEMM: which kernel runs the prefill GEMM (kernels/cuda/gemm.h, gemm_kernel);
 // BONSAI_CUDA_GEMM_STAGE: the mma.sync kernel's activation staging (gemm_stage);
-// BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE: the wgmma producer kernel's ring depth and activation
-// swizzle; BONSAI_CUDA_GEMM_WG_MIN: the automatic choice's threshold; the tensor maps.
+// BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE / _WG_LOOP: the wgmma producer kernel's ring depth,
+// activation swizzle and consumer loop; BONSAI_CUDA_GEMM_WG_MIN: the automatic choice's threshold; the tensor
+// maps.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -88,6 +89,20 @@ int gemm_wg_swizzle() {
   return swizzle;
 }
 
+int gemm_wg_loop() {
+  static const int loop = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_LOOP");
+    const std::string_view v = e ? e : "";
+    // Default 2: the next k-block's shared-memory reads and A gather while the current wgmmas
+    // run (docs/performance.md, "Prefill GEMM", round 3); 0 keeps round 2's loop.
+    if (v.empty() || v == "2") return 2;
+    if (v == "1") return 1;
+    if (v == "0") return 0;
+    fail("BONSAI_CUDA_GEMM_WG_LOOP: '{}' is not a consumer loop of the wgmma producer kernel (0, 1 or 2)", v);
+  }();
+  return loop;
+}
+
 int gemm_stage() {
   static const int stage = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM_STAGE");
@@ -105,9 +120,11 @@ int gemm_wg_stages() {
   static const int stages = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_STAGES");
     const std::string_view v = e ? e : "";
-    // Default 8: the producer keeps the whole ring in flight ahead of the consumers.
-    if (v.empty() || v == "8") return 8;
-    if (v == "4") return 4;
+    // Default 4 (since round 3): the same microbench time as 8 (27B matmuls at t = 512 85.74
+    // against 85.82 ms with consumer loop 2), pp512 4486 against 4428-4430 (one unalternated run;
+    // round 2 measured +0.8 % too), and half the shared memory. 8 keeps the deeper ring.
+    if (v.empty() || v == "4") return 4;
+    if (v == "8") return 8;
     fail("BONSAI_CUDA_GEMM_WG_STAGES: '{}' is not a ring depth of the wgmma producer kernel (4 or 8)", v);
   }();
   return stages;

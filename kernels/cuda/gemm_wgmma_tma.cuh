@@ -8,6 +8,7 @@
 // round 2): with the 128-byte swizzle all 27B matmuls at t = 512 in 87.9 ms against 102.5 for
 // mma.sync (102.0 with the 32-byte swizzle), at t = 256 53.3 against 56.9; the default on compute
 // capability 9.0 for grids of at least one block per SM (BONSAI_CUDA_GEMM=auto), pp512 +10 %.
+// Round 3: consumer loop 2 (LOOP, below) 85.8 against 88.1 ms, pp512 +1.7 %; ring of 4 stages.
 // What differs from gemm_wgmma_kernel is who fills the stages:
 // - A third warpgroup is the producer. Its warp 0 alone issues a stage's copies, one per lane,
 //   through the async proxy: lanes 0-7 one `cp.async.bulk` each of a stored 544-byte chunk (the
@@ -46,7 +47,8 @@
 //   Consumers wait for k-block i's phase by parity (i / kStagesT) & 1.
 // - empty[s] (8 arrivals, one per consumer warp): a warp arrives after its flush of the slot's
 //   k-block (meta and scales read) and after the wgmma batch that read the slot's activation
-//   completed (wgmma_wait before the flush). The producer refills slot s with k-block i only
+//   completed (wgmma_wait before the flush; LOOP 1 / 2: at the flush's start, all its reads of
+//   the stage being done in prep). The producer refills slot s with k-block i only
 //   after the release of k-block i - kStagesT, i.e. the phase (i / kStagesT - 1) & 1: the whole
 //   ring is in flight ahead of the consumers (gemm_wgmma_kernel's refill ran kStages - 2 ahead
 //   and every thread waited for it).
@@ -135,7 +137,17 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // token: its descriptor starts 32j bytes into the region (the swizzle is applied to the whole
 // address, so the start moves inside the 1024-byte atom, as CUTLASS's descriptor iterator does),
 // 8-token groups SBO = 1024 bytes apart; the leading offset is unused for swizzled K-major.
-template <int kStagesT, int SWZ>
+//
+// LOOP (BONSAI_CUDA_GEMM_WG_LOOP, consumer loop; SWZ = 128 only): 0, round 2's loop (issue: full
+// wait, A gather, set init, wgmmas, then the meta loads and the operands formed right after
+// them; flush: the row scales loaded, then the math). 1: every shared-memory read of k-block i
+// (the meta, the row scales, the A gather) is done in prep(i) before its wgmmas, and the
+// operands are formed after the wgmmas are issued, so the loads' latency hides behind the
+// gather, the set init and the wgmma issue instead of stalling the IADD3 / HADD2 that use them
+// (round 2's ncu: 8 % of the stall samples between the meta loads and their adds). 2: as 1, and
+// prep(i + 1) (full wait, loads, A gather into the other A registers, the set init) runs before
+// the wait for k-block i's wgmmas, so the next batch issues right after that wait.
+template <int kStagesT, int SWZ, int LOOP>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_wgmma_tma_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                           const __grid_constant__ CUtensorMap mmap, int t, int kblocks) {
@@ -235,84 +247,178 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // This warp's two operand buffers [2][64] (after the stages).
   float2* const ops = reinterpret_cast<float2*>(sm + kStagesT * S::kStage) + (wg * 4 + w) * 2 * kGemmTokens;
 
-  auto issue = [&](int i, int set) {
-    const int slot = i % kStagesT;
-    mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
-    const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
-    uint32_t a[4][4];
+  static_assert(LOOP >= 0 && LOOP <= 2 && (LOOP == 0 || SWZ == 128));
+  if constexpr (LOOP == 0) {
+    auto issue = [&](int i, int set) {
+      const int slot = i % kStagesT;
+      mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
+      const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
+      uint32_t a[4][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) gather_codes(a[j], chunk, g, tg, j);
+      for (int j = 0; j < 4; ++j) gather_codes(a[j], chunk, g, tg, j);
 #pragma unroll
-    for (int e = 0; e < kR; ++e) {
-      hs[set][e] = kMagicBits;
-      ls[set][e] = kMagicBits;
-    }
-    wgmma_fence();
-    const uint32_t dlo = dlo0 + slot * (S::kStage / 16);
+      for (int e = 0; e < kR; ++e) {
+        hs[set][e] = kMagicBits;
+        ls[set][e] = kMagicBits;
+      }
+      wgmma_fence();
+      const uint32_t dlo = dlo0 + slot * (S::kStage / 16);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint64_t dh = kDescHi | (dlo + j * kHiStep), dl = kDescHi | (dlo + kLoOff + j * kHiStep);
-      wgmma_m64n64k32_u8s8(hs[set], a[j], dh, 1);
-      wgmma_m64n64k32_u8s8(ls[set], a[j], dl, 1);
-    }
-    wgmma_commit();
-    // While they run: this warp's flush operands of k-block i (two tokens per lane) into buffer
-    // i & 1, read by flush(i) in the next half-iteration (__syncwarp there orders the stores).
-    const uint8_t* mst = sm + slot * S::kStage + S::kOffM;
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t dh = kDescHi | (dlo + j * kHiStep), dl = kDescHi | (dlo + kLoOff + j * kHiStep);
+        wgmma_m64n64k32_u8s8(hs[set], a[j], dh, 1);
+        wgmma_m64n64k32_u8s8(ls[set], a[j], dl, 1);
+      }
+      wgmma_commit();
+      // While they run: this warp's flush operands of k-block i (two tokens per lane) into buffer
+      // i & 1, read by flush(i) in the next half-iteration (__syncwarp there orders the stores).
+      const uint8_t* mst = sm + slot * S::kStage + S::kOffM;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float4 m = *reinterpret_cast<const float4*>(mst + (lane + 32 * h) * 16);
-      // kMagic + Σq exactly (|Σq| < 2^22): the same float as gemm_tiled_kernel's mq.
-      ops[(i & 1) * kGemmTokens + lane + 32 * h] =
-          make_float2(m.x, __int_as_float(kMagicBits + __float_as_int(m.z) + __float_as_int(m.w)));
-    }
-  };
-  // k-block i's set is complete: add its terms (tile_layout.h flush_value), then release the slot.
-  auto flush = [&](int i, int set) {
-    const int slot = i % kStagesT;
-    const uint8_t* st = sm + slot * S::kStage;
-    const uint32_t sw =
-        *reinterpret_cast<const uint32_t*>(st + S::kOffW + tile * S::kCB + kCodeBytes + g * 4);
-    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
-    __syncwarp();  // the operand stores of issue(i)
-    const float2* op = ops + (i & 1) * kGemmTokens;
+      for (int h = 0; h < 2; ++h) {
+        const float4 m = *reinterpret_cast<const float4*>(mst + (lane + 32 * h) * 16);
+        // kMagic + Σq exactly (|Σq| < 2^22): the same float as gemm_tiled_kernel's mq.
+        ops[(i & 1) * kGemmTokens + lane + 32 * h] =
+            make_float2(m.x, __int_as_float(kMagicBits + __float_as_int(m.z) + __float_as_int(m.w)));
+      }
+    };
+    // k-block i's set is complete: add its terms (tile_layout.h flush_value), then release the slot.
+    auto flush = [&](int i, int set) {
+      const int slot = i % kStagesT;
+      const uint8_t* st = sm + slot * S::kStage;
+      const uint32_t sw =
+          *reinterpret_cast<const uint32_t*>(st + S::kOffW + tile * S::kCB + kCodeBytes + g * 4);
+      const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sw));  // rows g, g + 8
+      __syncwarp();  // the operand stores of issue(i)
+      const float2* op = ops + (i & 1) * kGemmTokens;
 #pragma unroll
-    for (int q = 0; q < 8; ++q)
+      for (int q = 0; q < 8; ++q)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float2 m = op[8 * q + 2 * tg + c];  // {s, kMagic + Σq}
-        const float mq = m.y;
+        for (int c = 0; c < 2; ++c) {
+          const float2 m = op[8 * q + 2 * tg + c];  // {s, kMagic + Σq}
+          const float mq = m.y;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 4 * q + 2 * r + c;
-          const float T = flush_value(hs[set][e], ls[set][e], mq);
-          acc[e] = fmaf(T, (r ? dd.y : dd.x) * m.x, acc[e]);
+          for (int r = 0; r < 2; ++r) {
+            const int e = 4 * q + 2 * r + c;
+            const float T = flush_value(hs[set][e], ls[set][e], mq);
+            acc[e] = fmaf(T, (r ? dd.y : dd.x) * m.x, acc[e]);
+          }
         }
-      }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
-  };
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+    };
 
-  // Issue k-block i into one set, flush k-block i - 1's (complete) set while those run, wait:
-  // nothing is in flight across the loop's back edge (else ptxas serializes the wgmmas).
-  if (n > 0) {
-    issue(0, 0);
-    wgmma_wait<0>();
-    for (int i = 1;; ++i) {
-      if (i >= n) {
+    // Issue k-block i into one set, flush k-block i - 1's (complete) set while those run, wait:
+    // nothing is in flight across the loop's back edge (else ptxas serializes the wgmmas).
+    if (n > 0) {
+      issue(0, 0);
+      wgmma_wait<0>();
+      for (int i = 1;; ++i) {
+        if (i >= n) {
+          flush(i - 1, 0);
+          break;
+        }
+        issue(i, 1);
         flush(i - 1, 0);
-        break;
-      }
-      issue(i, 1);
-      flush(i - 1, 0);
-      wgmma_wait<0>();
-      if (++i >= n) {
+        wgmma_wait<0>();
+        if (++i >= n) {
+          flush(i - 1, 1);
+          break;
+        }
+        issue(i, 0);
         flush(i - 1, 1);
-        break;
+        wgmma_wait<0>();
       }
-      issue(i, 0);
-      flush(i - 1, 1);
+    }
+  } else {
+    // LOOP 1 / 2: prep(i) reads everything k-block i needs from its stage into registers (A
+    // codes, raw meta of this lane's two tokens, the row scales), launch(i) issues its wgmmas,
+    // form(i) then turns the meta into the flush operands, flush(i) needs no stage data (the slot
+    // is released at its start, once the wgmmas that read it are complete).
+    uint32_t a[2][4][4];  // A operands per set: LOOP 2 gathers k-block i + 1's while i's wgmmas run
+    uint32_t swv[2];      // the row scales (half2 of rows g, g + 8) per set
+    float4 mv[2];         // the raw meta of tokens lane, lane + 32 of the last prepped k-block
+    auto prep = [&](int i, int set) {
+      const int slot = i % kStagesT;
+      mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
+      const uint8_t* st = sm + slot * S::kStage;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        mv[h] = *reinterpret_cast<const float4*>(st + S::kOffM + (lane + 32 * h) * 16);
+      const uint8_t* chunk = st + S::kOffW + tile * S::kCB;
+      swv[set] = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) gather_codes(a[set][j], chunk, g, tg, j);
+#pragma unroll
+      for (int e = 0; e < kR; ++e) {
+        hs[set][e] = kMagicBits;
+        ls[set][e] = kMagicBits;
+      }
+    };
+    auto launch_mma = [&](int i, int set) {
+      wgmma_fence();
+      const uint32_t dlo = dlo0 + (i % kStagesT) * (S::kStage / 16);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t dh = kDescHi | (dlo + j * kHiStep), dl = kDescHi | (dlo + kLoOff + j * kHiStep);
+        wgmma_m64n64k32_u8s8(hs[set], a[set][j], dh, 1);
+        wgmma_m64n64k32_u8s8(ls[set], a[set][j], dl, 1);
+      }
+      wgmma_commit();
+    };
+    auto form = [&](int i) {  // into buffer i & 1, read by flush(i) (its __syncwarp orders the stores)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)  // kMagic + Σq exactly (|Σq| < 2^22): gemm_tiled_kernel's mq
+        ops[(i & 1) * kGemmTokens + lane + 32 * h] = make_float2(
+            mv[h].x, __int_as_float(kMagicBits + __float_as_int(mv[h].z) + __float_as_int(mv[h].w)));
+    };
+    auto flush = [&](int i, int set) {
+      __syncwarp();  // every lane's reads of the stage (prep(i)) and operand stores (form(i))
+      if (lane == 0) mbar_arrive(empty0 + 8 * (i % kStagesT));
+      const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&swv[set]));  // rows g, g + 8
+      const float2* op = ops + (i & 1) * kGemmTokens;
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float2 m = op[8 * q + 2 * tg + c];  // {s, kMagic + Σq}
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = 4 * q + 2 * r + c;
+            const float T = flush_value(hs[set][e], ls[set][e], m.y);
+            acc[e] = fmaf(T, (r ? dd.y : dd.x) * m.x, acc[e]);
+          }
+        }
+      __syncwarp();  // the operand reads before form(i + 2) rewrites the buffer
+    };
+    constexpr bool kEarly = LOOP == 2;
+    if (n > 0) {
+      prep(0, 0);
+      launch_mma(0, 0);
+      form(0);
+      if (kEarly && n > 1) prep(1, 1);
       wgmma_wait<0>();
+      for (int i = 1;; ++i) {
+        if (i >= n) {
+          flush(i - 1, 0);
+          break;
+        }
+        if (!kEarly) prep(i, 1);
+        launch_mma(i, 1);
+        form(i);
+        flush(i - 1, 0);
+        if (kEarly && i + 1 < n) prep(i + 1, 0);
+        wgmma_wait<0>();
+        if (++i >= n) {
+          flush(i - 1, 1);
+          break;
+        }
+        if (!kEarly) prep(i, 0);
+        launch_mma(i, 0);
+        form(i);
+        flush(i - 1, 1);
+        if (kEarly && i + 1 < n) prep(i + 1, 1);
+        wgmma_wait<0>();
+      }
     }
   }
 
