@@ -17,6 +17,7 @@
 #include "kernels/ref/ops.h"
 #include "runtime/cpu_features.h"
 
+#include "temp_path.h"
 #include "test_util.h"
 
 namespace bonsai {
@@ -131,7 +132,7 @@ TEST(CpuBackendModel, FastPathTracksReferenceEveryIsaAndThreadCount) {
   SynthOptions o = synth_preset("tiny");
   o.with_vocab = false;
   o.seed = 5;
-  const auto path = (std::filesystem::temp_directory_path() / "bonsai_fast_vs_ref.gguf").string();
+  const auto path = bonsai::testing::unique_temp_path("fast_vs_ref.gguf").string();
   write_synthetic_model(o, path);
   auto model = Model::load(path);
   const int32_t tokens[] = {3, 100, 7, 900, 42, 5};

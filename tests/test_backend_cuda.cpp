@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "temp_path.h"
 #include "test_util.h"
 
 namespace bonsai {
@@ -670,7 +671,7 @@ TEST(CudaModel, RecordedDecodeAndPrefillTrackReference) {
     o.with_vocab = false;
     o.seed = 9;
     o.weight_type = type;
-    const auto path = (std::filesystem::temp_directory_path() / "bonsai_cuda_vs_ref.gguf").string();
+    const auto path = bonsai::testing::unique_temp_path("cuda_vs_ref.gguf").string();
     write_synthetic_model(o, path);
     auto model = Model::load(path);
     const std::vector<int32_t> tokens = {3, 100, 7, 900, 42, 5, 77, 12};

@@ -18,6 +18,7 @@
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
+#include "temp_path.h"
 
 namespace bonsai {
 namespace {
@@ -35,7 +36,7 @@ TEST(CudaCacheHints, DecodeStepsAreBitIdenticalWithAndWithoutHints) {
     o.with_vocab = false;
     o.seed = 21;
     o.weight_type = type;
-    const auto path = (std::filesystem::temp_directory_path() / "bonsai_cuda_evict.gguf").string();
+    const auto path = bonsai::testing::unique_temp_path("cuda_evict.gguf").string();
     write_synthetic_model(o, path);
     auto model = Model::load(path);
     const int64_t nv = model->config().n_vocab;

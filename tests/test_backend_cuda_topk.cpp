@@ -20,6 +20,7 @@
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
+#include "temp_path.h"
 
 namespace bonsai {
 namespace {
@@ -108,7 +109,7 @@ TEST(CudaTopK, SessionCandidatesFollowTheRecordedStep) {
   SynthOptions o = synth_preset("tiny");
   o.with_vocab = false;
   o.seed = 13;
-  const auto path = (std::filesystem::temp_directory_path() / "bonsai_cuda_topk.gguf").string();
+  const auto path = bonsai::testing::unique_temp_path("cuda_topk.gguf").string();
   write_synthetic_model(o, path);
   auto model = Model::load(path);
   SessionOptions so;

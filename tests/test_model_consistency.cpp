@@ -11,6 +11,7 @@
 #include "bonsai/model.h"
 #include "bonsai/session.h"
 #include "bonsai/synth.h"
+#include "temp_path.h"
 
 namespace bonsai {
 namespace {
@@ -42,9 +43,8 @@ TEST_P(FoldedVsTwin, SameLogits) {
     o.config.tied_output = true;
     o.hadamard_version = 2;
   }
-  const fs::path dir = fs::temp_directory_path();
-  const fs::path folded = dir / (std::string("bonsai_twin_") + tc.name + ".gguf");
-  const fs::path twin = dir / (std::string("bonsai_twin_") + tc.name + ".f32.gguf");
+  const fs::path folded = bonsai::testing::unique_temp_path(std::string("twin_") + tc.name + ".gguf");
+  const fs::path twin = bonsai::testing::unique_temp_path(std::string("twin_") + tc.name + ".f32.gguf");
   write_synthetic_model(o, folded.string());
   write_unfolded_f32_twin(o, twin.string());
 

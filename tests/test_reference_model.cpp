@@ -13,6 +13,7 @@
 #include "bonsai/gguf_writer.h"
 #include "bonsai/model.h"
 #include "bonsai/session.h"
+#include "temp_path.h"
 
 namespace bonsai {
 namespace {
@@ -37,7 +38,7 @@ TEST(ReferenceModel, NamedActivationsMatchReferenceDump) {
   nlohmann::json index;
   std::ifstream(dump / "index.json") >> index;
   auto model = Model::load((kFixtures / "tiny-b128/model.pq2_0.gguf").string());
-  const fs::path out = fs::temp_directory_path() / "bonsai_dump_test";
+  const fs::path out = bonsai::testing::unique_temp_path("dump_test");
   fs::remove_all(out);
   SessionOptions so;
   so.n_ctx = 16;
@@ -75,7 +76,7 @@ fs::path rewrite(const fs::path& src, const std::string& tag,
     if (!edit(k, v, w)) w.add_value(k, v);
   for (const auto& t : f.tensors())
     w.add_tensor_bytes(t.name, t.ggml_type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes));
-  fs::path out = fs::temp_directory_path() / ("bonsai_corrupt_" + tag + ".gguf");
+  fs::path out = bonsai::testing::unique_temp_path("corrupt_" + tag + ".gguf");
   w.write_file(out.string());
   return out;
 }

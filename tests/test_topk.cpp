@@ -21,6 +21,7 @@
 #include "bonsai/synth.h"
 #include "kernels/ref/ref_backend.h"
 #include "kernels/ref/topk.h"
+#include "temp_path.h"
 
 namespace bonsai {
 namespace {
@@ -198,7 +199,7 @@ TEST(SessionTopK, CandidatePathDecodesLikeTheFullLogits) {
   SynthOptions o = synth_preset("tiny");
   o.with_vocab = false;
   o.seed = 21;
-  const auto path = (std::filesystem::temp_directory_path() / "bonsai_topk_session.gguf").string();
+  const auto path = bonsai::testing::unique_temp_path("topk_session.gguf").string();
   write_synthetic_model(o, path);
   auto model = Model::load(path);
   const int64_t V = model->config().n_vocab;
