@@ -7,8 +7,9 @@
 // per warp (y written directly), a group shared by up to 136 warps (the fix-up), long rows
 // (k = 17408; with BONSAI_CUDA_MV_WS=4 the staged activation shrinks the ring at t = 2), codes 0..3, zero
 // scales, an all-zero token. The split counters must be left zero. CudaMatvecKernels.
-// FixupsMatchBitwise: the two split fix-ups (launch.h, MatvecFixup) of the bulk and ws kernels
-// against legacy, and which fix-up each launch takes. Needs a device with sm_90
+// FixupsMatchBitwise: the three split fix-ups (launch.h, MatvecFixup) of the bulk and ws kernels
+// against legacy, and which fix-up each launch takes; FpOpsNeverReturnTheEmptySlotWord: the
+// flag-free fix-up's sentinel is no result of FADD / FMUL / FFMA. Needs a device with sm_90
 // code (Hopper); skips with the reason otherwise. With BONSAI_CUDA_BENCH=1, CudaBench.
 // MatvecKernelsOneShape times the three kernels on one shape (A/B in one process; profiling).
 #include <gtest/gtest.h>
@@ -58,8 +59,9 @@ class DevMem {
 };
 
 // Random 2-bit rows in the file layout (groups 1: PQ2_0, 128-column groups of 34 bytes;
-// 2: Q2_0 g64, 18 bytes), any codes 0..3, scales in [2^-8, 2^-4) or 0 (every 7th group).
-std::vector<uint8_t> random_rows(int groups, int64_t n, int64_t k, std::mt19937& rng) {
+// 2: Q2_0 g64, 18 bytes), any codes 0..3, scales in [2^-8, 2^-4) or 0 (every 7th group);
+// with specials, one group's scale in every 5th row is one of FP16 +Inf, -Inf, NaN 0x7E00, NaN 0xFFFF.
+std::vector<uint8_t> random_rows(int groups, int64_t n, int64_t k, std::mt19937& rng, bool specials = false) {
   const DType type = groups == 2 ? DType::Q2_0_G64 : DType::PQ2_0;
   const int64_t group_cols = groups == 2 ? 64 : 128, group_bytes = groups == 2 ? 18 : 34;
   const size_t stride = row_bytes(type, static_cast<uint64_t>(k));
@@ -70,7 +72,11 @@ std::vector<uint8_t> random_rows(int groups, int64_t n, int64_t k, std::mt19937&
       const float d = (r + b) % 7 == 0
                           ? 0.0f
                           : std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -8 + static_cast<int>(rng() % 4));
-      const uint16_t h = f32_to_fp16(d);
+      uint16_t h = f32_to_fp16(d);
+      if (specials && r % 5 == 0 && b == (r / 5) % (k / group_cols)) {  // one group of every 5th row
+        const uint16_t special[4] = {0x7C00, 0xFC00, 0x7E00, 0xFFFF};
+        h = special[(r + b) % 4];
+      }
       std::memcpy(raw.data() + r * stride + b * group_bytes, &h, 2);
     }
   return raw;
@@ -189,14 +195,19 @@ TEST(CudaMatvecKernels, WsAndBulkMatchLegacyBitwise) {
 }
 
 // The first-rank fix-up (rank 0 of a split row group waits for the others' slots and adds them
-// to its own sums) must give the same floats as the last-arriver one: the same sums in the
-// same order, 0 + rank 0 + rank 1 + ..., so bit for bit, for both kernels that have it, against
-// legacy (which only has the last-arriver one). Cases: G = 1 and 2; groups shared by up to 136
-// warps (k = 17408, one unit per warp) and by a few; several jobs, odd row counts; t = 1..4 (one
-// token group: first is taken) and t = 5, 8 (two token groups) and a plan for 4x the SMs (more
-// blocks than are resident at once): there the launch must fall back to last (rank 0 would spin
-// on blocks that cannot start). Each launch runs twice in a row, and the counters must be zero
-// after every launch (the first-rank fix-up resets them too).
+// to its own sums) and the flag-free one (the same, rank 0 polling the slot words themselves
+// for the empty word 0xFFFFFFFF) must give the same floats as the last-arriver one: the same
+// sums in the same order, 0 + rank 0 + rank 1 + ..., so bit for bit, for both kernels that have
+// them, against legacy (which only has the last-arriver one). Cases: G = 1 and 2; groups shared
+// by up to 136 warps (k = 17408, one unit per warp) and by a few; several jobs, odd row counts;
+// t = 1..4 (one token group: first / slots is taken) and t = 5, 8 (two token groups) and a plan
+// for 4x the SMs (more blocks than are resident at once): there the launch must fall back to
+// last (rank 0 would spin on blocks that cannot start). With specials, weight scales of +-Inf
+// and NaN (two payloads) and activations of +-Inf and NaN in one token: partial sums that are
+// really NaN must neither hang rank 0 nor be taken for empty words (and the outputs still
+// match legacy bit for bit). Each launch runs twice in a row; after every launch the counters
+// must be zero and the flag-free scratch all empty words again (it starts so, as a memset of
+// 0xFF leaves it; the last-arriver fallback must not touch it).
 TEST(CudaMatvecKernels, FixupsMatchBitwise) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const int sms = sm_count();
@@ -206,6 +217,7 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
     int64_t k;
     std::vector<int> ts;
     int plan_sms;  // the SM count the plan is made for
+    bool specials = false;
   };
   const Case cases[] = {
       {1, {64}, 17408, {1, 2, 3, 4}, sms},                // one group, 136 warps
@@ -216,6 +228,9 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
       {2, {130, 61}, 6144, {5}, sms},                     // two token groups: last
       {1, {10240}, 5120, {1, 3}, 4 * sms},                // ~3x more blocks than resident: last
       {2, {10000}, 6144, {2}, 4 * sms},                   // the same, G = 2
+      {1, {64, 200}, 17408, {1, 3}, sms, true},           // Inf / NaN, groups of 136 warps
+      {2, {67, 130, 1000}, 6144, {1, 2, 4}, sms, true},   // Inf / NaN, G = 2
+      {1, {1000}, 5120, {5}, sms, true},                  // Inf / NaN, fallback
   };
   for (const Case& cs : cases) {
     const int64_t k = cs.k, kb = k / cuda::kBlockK;
@@ -224,7 +239,7 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
     std::mt19937 rng(static_cast<uint32_t>(3 * k + cs.groups));
     cuda::TiledJobs jobs;
     for (const int64_t n : cs.ns) {
-      const auto raw = random_rows(cs.groups, n, k, rng);
+      const auto raw = random_rows(cs.groups, n, k, rng, cs.specials);
       auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
       cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
       jobs.job[jobs.count].w = tiled_weight(mem, draw, cs.groups, n, k);
@@ -232,7 +247,11 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
       ++jobs.count;
     }
     for (const int t : cs.ts) {
-      const auto x = randn(static_cast<size_t>(t) * k, 23 + t, 3.0f);
+      auto x = randn(static_cast<size_t>(t) * k, 23 + t, 3.0f);
+      if (cs.specials && t > 1) {  // the last token: a few Inf / NaN activations (its blocks' scales)
+        const float sp[3] = {INFINITY, -INFINITY, NAN};
+        for (int i = 0; i < 3; ++i) x[static_cast<size_t>(t - 1) * k + (i * 1009 + 7) % k] = sp[i];
+      }
       auto* dx = static_cast<float*>(dalloc(x.size() * 4));
       cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
       auto* xq = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
@@ -242,9 +261,12 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
       cuda::matvec_tiled_scratch(jobs, t, k, cs.plan_sms, &partial_floats, &counter_count);
       auto* partial = static_cast<float*>(dalloc(partial_floats * 4));
       auto* counters = static_cast<int*>(dalloc(counter_count * 4));
+      auto* slots = static_cast<float*>(dalloc(partial_floats * 4));
       cudaMemset(counters, 0, counter_count * 4);
+      cudaMemset(slots, 0xff, partial_floats * 4);  // every word empty (0xFFFFFFFF)
       const std::string what = "G " + std::to_string(cs.groups) + " k " + std::to_string(k) + " t " +
-                               std::to_string(t) + " plan SMs " + std::to_string(cs.plan_sms);
+                               std::to_string(t) + " plan SMs " + std::to_string(cs.plan_sms) +
+                               (cs.specials ? " Inf/NaN" : "");
       const bool one_wave = t <= 4 && cs.plan_sms == sms;  // the plan's blocks: 2 per SM
       struct Run {
         cuda::MatvecKernel kernel;
@@ -254,8 +276,10 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
       const Run runs[] = {{cuda::MatvecKernel::legacy, cuda::MatvecFixup::last, "legacy"},
                           {cuda::MatvecKernel::bulk, cuda::MatvecFixup::last, "bulk last"},
                           {cuda::MatvecKernel::bulk, cuda::MatvecFixup::first, "bulk first"},
+                          {cuda::MatvecKernel::bulk, cuda::MatvecFixup::slots, "bulk slots"},
                           {cuda::MatvecKernel::ws, cuda::MatvecFixup::last, "ws last"},
-                          {cuda::MatvecKernel::ws, cuda::MatvecFixup::first, "ws first"}};
+                          {cuda::MatvecKernel::ws, cuda::MatvecFixup::first, "ws first"},
+                          {cuda::MatvecKernel::ws, cuda::MatvecFixup::slots, "ws slots"}};
       std::vector<std::vector<float>> ref;  // legacy's y per job
       for (const Run& run : runs) {
         cuda::TiledJobs out = jobs;
@@ -265,24 +289,39 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
         }
         for (int rep = 0; rep < 2; ++rep) {
           for (int j = 0; j < jobs.count; ++j)
-            cudaMemset(out.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+            cudaMemset(out.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // unwritten
           const cuda::MatvecFixup used =
               cuda::matvec_tiled(out, cs.groups, xq, meta, t, k, cs.plan_sms, partial, counters, nullptr,
-                                 true, run.kernel, run.fixup);
+                                 true, run.kernel, run.fixup, slots);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << " " << run.name;
-          const bool want_first = run.fixup == cuda::MatvecFixup::first && one_wave;
-          EXPECT_EQ(used, want_first ? cuda::MatvecFixup::first : cuda::MatvecFixup::last)
-              << what << " " << run.name;
+          const cuda::MatvecFixup want = one_wave ? run.fixup : cuda::MatvecFixup::last;
+          EXPECT_EQ(static_cast<int>(used), static_cast<int>(want)) << what << " " << run.name;
           std::vector<int> left(counter_count);
           cudaMemcpy(left.data(), counters, left.size() * 4, cudaMemcpyDeviceToHost);
           for (size_t i = 0; i < left.size(); ++i)
             ASSERT_EQ(left[i], 0) << what << " " << run.name << " counter " << i;
+          std::vector<uint32_t> words(partial_floats);
+          cudaMemcpy(words.data(), slots, words.size() * 4, cudaMemcpyDeviceToHost);
+          for (size_t i = 0; i < words.size(); ++i)
+            ASSERT_EQ(words[i], 0xFFFFFFFFu) << what << " " << run.name << " slot word " << i << " not empty";
           for (int j = 0; j < jobs.count; ++j) {
             std::vector<float> y(static_cast<size_t>(t) * jobs.job[j].n);
             cudaMemcpy(y.data(), out.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
             if (ref.size() < static_cast<size_t>(jobs.count)) {
-              for (size_t i = 0; i < y.size(); ++i)
-                ASSERT_FALSE(std::isnan(y[i])) << what << " legacy i " << i;
+              size_t nans = 0;
+              for (size_t i = 0; i < y.size(); ++i) {
+                uint32_t bits = 0;
+                std::memcpy(&bits, &y[i], 4);
+                ASSERT_NE(bits, 0xFFFFFFFFu) << what << " legacy i " << i << " unwritten";
+                nans += std::isnan(y[i]);
+              }
+              // Specials: some sums NaN (not all: the test would compare little); else none.
+              if (cs.specials) {
+                EXPECT_GT(nans, 0u) << what << " job " << j;
+                EXPECT_LT(nans, y.size()) << what << " job " << j;
+              } else {
+                EXPECT_EQ(nans, 0u) << what << " job " << j;
+              }
               ref.push_back(std::move(y));
               continue;
             }
@@ -295,6 +334,53 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
       }
     }
   }
+}
+
+// The flag-free fix-up's empty word 0xFFFFFFFF (a NaN) must be no result of the arithmetic a
+// slot's sum comes from: FADD, FMUL, FFMA (round to nearest), here for every triple of NaNs
+// (quiet and signalling, both signs, the empty word itself, the canonical 0x7FFFFFFF), +-Inf,
+// +-0, +-1, +-FLT_MAX and denormals. Prints the NaN bit patterns seen (documented: only the
+// canonical 0x7FFFFFFF on sm_90).
+TEST(CudaMatvecKernels, FpOpsNeverReturnTheEmptySlotWord) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const uint32_t vals[] = {0xFFFFFFFFu, 0x7FFFFFFFu, 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u,
+                           0x7FBFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000000u, 0x80000000u, 0x3F800000u,
+                           0xBF800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x807FFFFFu};
+  constexpr int nv = sizeof(vals) / sizeof(vals[0]);
+  const int n = nv * nv * nv;
+  std::vector<uint32_t> a(n), b(n), c(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = vals[i % nv];
+    b[i] = vals[i / nv % nv];
+    c[i] = vals[i / (nv * nv)];
+  }
+  DevMem mem;
+  auto* da = static_cast<float*>(mem.alloc(n * 4));
+  auto* db = static_cast<float*>(mem.alloc(n * 4));
+  auto* dc = static_cast<float*>(mem.alloc(n * 4));
+  auto* dout = static_cast<float*>(mem.alloc(3 * n * 4));
+  cudaMemcpy(da, a.data(), n * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), n * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dc, c.data(), n * 4, cudaMemcpyHostToDevice);
+  cuda::fp_ops_probe(da, db, dc, dout, n, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint32_t> out(3 * n);
+  cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost);
+  std::vector<uint32_t> nan_bits;
+  size_t nans = 0;
+  for (int i = 0; i < 3 * n; ++i) {
+    const char* op[3] = {"add", "mul", "fma"};
+    ASSERT_NE(out[i], 0xFFFFFFFFu) << op[i % 3] << "(" << std::hex << a[i / 3] << ", " << b[i / 3] << ", "
+                                   << c[i / 3] << ") is the empty slot word";
+    if ((out[i] & 0x7F800000u) == 0x7F800000u && (out[i] & 0x007FFFFFu) != 0) {
+      ++nans;
+      if (std::find(nan_bits.begin(), nan_bits.end(), out[i]) == nan_bits.end()) nan_bits.push_back(out[i]);
+    }
+  }
+  EXPECT_GT(nans, 0u);
+  std::printf("FpOps: %zu NaN results of %d; their bit patterns:", nans, 3 * n);
+  for (const uint32_t w : nan_bits) std::printf(" 0x%08X", w);
+  std::printf("\n");
 }
 
 // One shape, BONSAI_CUDA_BENCH_K x BONSAI_CUDA_BENCH_N (default 5120 x 10240, PQ2_0), each

@@ -353,8 +353,17 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       m.grow(m.mv_counters, counters * sizeof(int), "matvec counters");
       check(cudaMemsetAsync(m.mv_counters.mem.get(), 0, m.mv_counters.bytes, m.stream), "cudaMemsetAsync");
     }
+    float* slots = nullptr;  // the flag-free fix-up's scratch of empty words, when it is chosen
+    if (cuda::matvec_fixup() == cuda::MatvecFixup::slots) {
+      if (partial * sizeof(float) > m.mv_slots.bytes) {
+        m.grow(m.mv_slots, partial * sizeof(float), "matvec fix-up slots");
+        check(cudaMemsetAsync(m.mv_slots.mem.get(), 0xff, m.mv_slots.bytes, m.stream), "cudaMemsetAsync");
+      }
+      slots = m.mv_slots.as<float>();
+    }
     cuda::matvec_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, sms,
-                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream, m.mv_evict);
+                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream, m.mv_evict,
+                       cuda::matvec_kernel(), cuda::matvec_fixup(), slots);
     check_launch("matvec (tiled)");
     tiled.count = 0;
   };

@@ -127,8 +127,12 @@ struct CudaBackend::Impl {
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
-  int* step_dev = nullptr;           // {pos0, token}: what a recorded step reads
-  Growable gdn_counters;             // last-block hand-off of the GDN site's conv state (kept zero)
+  // The flag-free split fix-up's slots (BONSAI_CUDA_MV_FIXUP=slots; cuda::matvec_tiled): every
+  // word 0xFFFFFFFF between launches. Filled so when allocated or grown; the matvec leaves it
+  // so; nothing else may write it (unlike mv_partial, which the prefill GEMM shares).
+  Growable mv_slots;
+  int* step_dev = nullptr;  // {pos0, token}: what a recorded step reads
+  Growable gdn_counters;    // last-block hand-off of the GDN site's conv state (kept zero)
   PinnedPtr step_host;
   DevicePtr step_mem;
   Growable topk;        // top_k: pass-1 candidates, then the result (ids[k], values[k])

@@ -51,21 +51,30 @@ bool matvec_kernel_available(MatvecKernel kernel);
 // memory, 8 two producer warps (else one), 16 no activation prefetch. Read once per process.
 int matvec_ws_variant();
 // How the bulk and ws kernels sum a row group split between warps (kernels/cuda/
-// matvec_common.cuh, finish_pair; both give the same floats): last, the last warp to arrive
+// matvec_common.cuh, finish_pair; all give the same floats): last, the last warp to arrive
 // adds every warp's slot; first, the group's first warp waits for the others' slots (they
-// publish without waiting) and adds them to its own sums. first only where every block of
-// the launch is resident at once (one wave, t <= 4); elsewhere, and in the legacy kernel,
-// last. BONSAI_CUDA_MV_FIXUP=first|last (any other value is an error); read once per process.
-enum class MatvecFixup { last, first };
+// publish with a release, without waiting) and adds them to its own sums; slots, the same
+// without flags: the others only store their slot words into a scratch of empty words
+// (0xFFFFFFFF), the first warp polls the words themselves and empties them again. first and
+// slots only where every block of the launch is resident at once (one wave, t <= 4);
+// elsewhere, and in the legacy kernel, last. BONSAI_CUDA_MV_FIXUP=first|last|slots (any other
+// value is an error); read once per process.
+enum class MatvecFixup { last, first, slots };
 MatvecFixup matvec_fixup();
 // evict_first: the Hopper paths' weight copies carry an L2 evict-first policy (each weight
 // byte is read once per launch), as the register-staged path's __ldcs loads do; the results
 // do not depend on it. kernel, fixup: matvec_kernel(), matvec_fixup() unless a test compares
-// them. Returns the fix-up the launch uses.
+// them. slots: the slots fix-up's scratch, partial_floats words (matvec_tiled_scratch) that
+// are all 0xFFFFFFFF before the launch (a byte memset of 0xFF) and that the launch leaves so;
+// never share it with anything else (partial may be shared: its contents do not matter).
+// Without it (nullptr) fixup slots runs first. Returns the fix-up the launch uses.
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
-                         MatvecFixup fixup = matvec_fixup());
+                         MatvecFixup fixup = matvec_fixup(), float* slots = nullptr);
+// Device check of the flag-free fix-up's sentinel (tests): for i < n, out[3i..3i+2] = the
+// sm_90 FADD, FMUL and FFMA (round to nearest, no flush) of a[i], b[i] (and c[i]).
+void fp_ops_probe(const float* a, const float* b, const float* c, float* out, int n, cudaStream_t s);
 // Ring slots per consumer warp the ws kernel uses for t tokens at k columns (tests; 0: such a
 // launch runs the bulk kernel instead).
 int matvec_ws_ring(int groups, int t, int64_t k);

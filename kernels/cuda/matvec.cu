@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 
 // ---- tiled ternary matvec, Hopper: weights staged by the bulk-copy engine -----------------
 // Same work split, numerics and split fix-up as matvec_tiled_kernel (finish_pair; also its
-// first-rank form when first_sums), but a warp's weights
+// first-rank and flag-free forms, `fixup`), but a warp's weights
 // reach it through a ring of `plan.ring` unit slots in shared memory (one unit: its four
 // tiles' chunks of one k-block, 2.1 KB) filled by cp.async.bulk: one instruction per chunk
 // instead of one 16-byte load per lane, and up to ring x 2.1 KB per warp (ring 4: 140 KB per
@@ -255,7 +255,7 @@ template <int G, bool kEvictFirst>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     matvec_bulk_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                        const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
-                       int* counters, bool first_sums) {
+                       int* counters, int fixup) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ __align__(8) uint64_t bars[kWarps][kMaxRing];
@@ -401,8 +401,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 #pragma unroll
     for (int i = 1; i < kMaxJobs; ++i)
       if (i == done.job) job = jobs.job[i];
-    finish_pair(acc, job, done.pair, done.gpair, gw, plan, kblocks, tok0, ntok, partial, counters,
-                first_sums);
+    finish_pair(acc, job, done.pair, done.gpair, gw, plan, kblocks, tok0, ntok, partial, counters, fixup);
   }
 #else
   __trap();  // launched only on compute capability 9.0 and newer (matvec_tiled)
@@ -459,24 +458,39 @@ unsigned stream_blocks(const StreamPlan& p) {
   return blocks_for(warps, kWarps);
 }
 
-// Returns the fix-up the launch uses: `fixup` where the kernel has it and the launch allows
-// it (first_sums_safe), else last (legacy always).
+// Returns the fix-up the launch uses: `fixup` where the kernel has it, the launch allows it
+// (first_sums_safe) and, for slots, the sentinel scratch is given (else first); last where not
+// (legacy always).
 template <int G>
 MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                           const float4* meta, int t, int kblocks, float* partial, int* counters,
-                          cudaStream_t s, bool evict_first, MatvecKernel kernel, MatvecFixup fixup) {
-  bool first_sums = fixup == MatvecFixup::first;
-  auto used = [&] { return first_sums ? MatvecFixup::first : MatvecFixup::last; };
-  if (kernel == MatvecKernel::ws &&
-      launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first,
-                       matvec_config().blocks_per_sm, first_sums))
-    return used();
+                          cudaStream_t s, bool evict_first, MatvecKernel kernel, MatvecFixup fixup,
+                          float* slots) {
+  if (fixup == MatvecFixup::slots && slots == nullptr) fixup = MatvecFixup::first;
+  int code = fixup == MatvecFixup::slots   ? kFixupSlots
+             : fixup == MatvecFixup::first ? kFixupFirst
+                                           : kFixupLast;
+  // The flag-free fix-up's slots live in the sentinel scratch; the others use `partial`.
+  auto scratch = [&] { return code == kFixupSlots ? slots : partial; };
+  auto used = [&] {
+    return code == kFixupSlots   ? MatvecFixup::slots
+           : code == kFixupFirst ? MatvecFixup::first
+                                 : MatvecFixup::last;
+  };
+  if (kernel == MatvecKernel::ws) {
+    int ws_code = code;
+    if (launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial, slots, counters, s, evict_first,
+                         matvec_config().blocks_per_sm, ws_code)) {
+      code = ws_code;
+      return used();
+    }
+  }
   if (kernel != MatvecKernel::legacy) {  // bulk, or ws whose shared memory does not fit
     const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
     auto* k = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    first_sums = first_sums && first_sums_safe(k, grid, kWarps * 32, smem);
-    launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, partial, counters, first_sums);
+    if (code != kFixupLast && !first_sums_safe(k, grid, kWarps * 32, smem)) code = kFixupLast;
+    launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, scratch(), counters, code);
     return used();
   }
   launch(matvec_tiled_kernel<G>, grid, kWarps * 32, 0, s, jobs, p, xq, meta, t, kblocks, partial, counters);
@@ -484,6 +498,25 @@ MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs,
 }
 
 }  // namespace
+
+namespace {
+// The exact instructions (no constant folding, no contraction): add.rn / mul.rn / fma.rn.f32.
+__global__ void fp_ops_probe_kernel(const float* a, const float* b, const float* c, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float s, p, f;
+  asm volatile("add.rn.f32 %0, %1, %2;" : "=f"(s) : "f"(a[i]), "f"(b[i]));
+  asm volatile("mul.rn.f32 %0, %1, %2;" : "=f"(p) : "f"(a[i]), "f"(b[i]));
+  asm volatile("fma.rn.f32 %0, %1, %2, %3;" : "=f"(f) : "f"(a[i]), "f"(b[i]), "f"(c[i]));
+  out[3 * i] = s;
+  out[3 * i + 1] = p;
+  out[3 * i + 2] = f;
+}
+}  // namespace
+
+void fp_ops_probe(const float* a, const float* b, const float* c, float* out, int n, cudaStream_t s) {
+  fp_ops_probe_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, b, c, out, n);
+}
 
 void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, cudaStream_t s) {
   const int kblocks = static_cast<int>(k / kBlockK);
@@ -501,15 +534,15 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
-                         bool evict_first, MatvecKernel kernel, MatvecFixup fixup) {
+                         bool evict_first, MatvecKernel kernel, MatvecFixup fixup, float* slots) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (groups == 2)
     return launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
-                            fixup);
+                            fixup, slots);
   return launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
-                          fixup);
+                          fixup, slots);
 }
 
 int matvec_ws_ring(int groups, int t, int64_t k) {

@@ -80,30 +80,73 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Relaxed (strong, GPU-scope) word accesses of the flag-free fix-up (finish_pair, kFixupSlots):
+// no ordering beyond the one location, but never served from a stale L1 line nor merged or
+// hoisted by the compiler (volatile), so a poll sees the word's writes in coherence order.
+__device__ __forceinline__ float ld_relaxed(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed(float* p, float v) {
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+
+// The split fix-up a launch of the bulk / ws kernel runs (finish_pair's `fixup`).
+inline constexpr int kFixupLast = 0, kFixupFirst = 1, kFixupSlots = 2;
+// An empty slot word of the flag-free fix-up: 0xFFFFFFFF, a NaN that no FP arithmetic of sm_70+
+// returns (FADD / FMUL / FFMA give the canonical NaN 0x7FFFFFFF for NaN results, whatever the
+// NaN inputs; CudaMatvecKernels.FixupsMatchBitwise checks that on the device), so a sum that
+// is really NaN is never taken for an empty word. A byte memset of 0xFF writes it.
+inline constexpr uint32_t kSlotEmpty = 0xFFFFFFFFu;
+
+// Rank 0's wait for one slot word (flag-free fix-up): v, the word as first loaded, reloaded
+// until it holds a sum.
+__device__ __forceinline__ float await_slot(const float* p, float v) {
+  while (__float_as_uint(v) == kSlotEmpty) v = ld_relaxed(p);
+  return v;
+}
 
 // The warp (global index gw, lanes g = lane / 4, tig = lane % 4) is done with its share of
 // global row group `gpair` (group `pair` of job `job`); acc holds its sums over that share
 // and is reset. The warp writes y itself when its range covered the whole group; otherwise the
 // group is split between the warps first..last (rank = gw - first) and summed in rank order,
-// starting from 0 (deterministic: both fix-ups below give the same floats):
-//   last-arriver (first_sums false): every rank stores its sums in the group's slot of its
+// starting from 0 (deterministic: the three fix-ups below give the same floats):
+//   last-arriver (kFixupLast): every rank stores its sums in the group's slot of its
 //     rank, fences and counts itself in the group's counter (atomicAdd, waiting for the old
 //     value); the last to arrive adds the slots 0..nr-1 into y and resets the counter.
-//   first-rank (first_sums true): ranks > 0 store their slot and count themselves with a
+//   first-rank (kFixupFirst): ranks > 0 store their slot and count themselves with a
 //     release, without waiting for a value; rank 0 stores its slot without a fence, waits
 //     (acquire loads) until the counter reaches nr - 1 and adds the slots 0..nr-1 into y (the
 //     same loop, the same floats) and resets the counter.
-//     Rank 0's range *ends* in the group's first k-blocks, so it meets the group last in its
-//     life, while ranks > 0 meet it first in theirs: the wait is usually short. But rank 0
-//     spins on warps of later blocks, so the launch must have every block resident at once
-//     (one wave, one token group): the launcher checks that (first_sums_safe) and otherwise
-//     passes false. Waits never go the other way (a warp waits only for warps of higher
-//     index, and only at its range's end), so with every block resident the highest waiting
-//     warp always progresses.
+//   flag-free (kFixupSlots; `partial` is then the sentinel scratch: every word kSlotEmpty
+//     before the launch, and the launch leaves it so): ranks > 0 store their slot words of the
+//     group's ntok tokens (relaxed) and go on, with no fence and no counter. Rank 0 stores its
+//     own slot, loads the words of slots 0..nr-1 it sums (relaxed; 8 ranks' words in flight),
+//     reloads only those still kSlotEmpty until they hold a sum, adds them in rank order (the
+//     same floats again) and stores kSlotEmpty back into every word it read.
+//     Why this is enough under the PTX memory model: each slot word is written once per launch,
+//     by one thread, and its value is its own flag; rank 0 needs nothing but that word (no
+//     other data is published with it), so single-location coherence of morally strong
+//     (relaxed, .gpu) accesses suffices: a poll that reads a value other than kSlotEmpty reads
+//     the writer's store (the only other write to the word before the reset, since the
+//     launch began with kSlotEmpty there and kernel boundaries order launches), and rank 0's
+//     reset, after that read in program order, follows the writer's store in the word's
+//     coherence order, so the word ends kSlotEmpty. The next launch's writers store only after
+//     griddepcontrol.wait, i.e. after this grid has completed and its memory is flushed (as
+//     for the counters). A sum that is NaN (a NaN or Inf input) is the canonical NaN, never
+//     kSlotEmpty. Rank 0's own slot is read by its own lanes after the warp barrier.
+//   first-rank and flag-free: rank 0's range *ends* in the group's first k-blocks, so it
+//     meets the group last in its life, while ranks > 0 meet it first in theirs: the wait is
+//     usually short. But rank 0 spins on warps of later blocks, so the launch must have every
+//     block resident at once (one wave, one token group): the launcher checks that
+//     (first_sums_safe) and otherwise passes kFixupLast. Waits never go the other way (a warp
+//     waits only for warps of higher index, and only at its range's end), so with every block
+//     resident the highest waiting warp always progresses.
 __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const TiledJob& job, int pair,
                                             int gpair, int gw, const StreamPlan& plan, int kblocks, int tok0,
                                             int ntok, float* __restrict__ partial, int* counters,
-                                            bool first_sums = false) {
+                                            int fixup = kFixupLast) {
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
   const int p_lo = gpair * kblocks, p_hi = p_lo + kblocks;  // the group's units
   const int first = p_lo / plan.per_warp, last = (p_hi - 1) / plan.per_warp;
@@ -127,9 +170,50 @@ __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const T
       partial + (static_cast<size_t>(blockIdx.y) * plan.pairs + gpair) * plan.slots * (kPairRows * kTok);
   int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + gpair;
   const int nr = last - first + 1, rank = gw - first;
+  constexpr int S = kPairRows * kTok;  // floats per slot
+  if (fixup == kFixupSlots) {
+    if (rank > 0) {
+      if (tig < ntok)
 #pragma unroll
-  for (int i = 0; i < 2 * kWarpTiles; ++i) slots[rank * (kPairRows * kTok) + row_of(i) * kTok + tig] = v[i];
-  if (first_sums) {
+        for (int i = 0; i < 2 * kWarpTiles; ++i) st_relaxed(slots + rank * S + row_of(i) * kTok + tig, v[i]);
+      return;
+    }
+    if (tig < ntok)
+#pragma unroll
+      for (int i = 0; i < 2 * kWarpTiles; ++i) slots[row_of(i) * kTok + tig] = v[i];
+    __syncwarp();  // this warp's slot-0 stores before its lanes' loads below
+    for (int tok = 0; tok < ntok; ++tok) {
+      float* p0 = slots + lane * kTok + tok;  // row lane
+      float* p1 = p0 + 32 * kTok;             // row 32 + lane
+      float s0 = 0.0f, s1 = 0.0f;
+      for (int r0 = 0; r0 < nr; r0 += 8) {
+        float a[8] = {}, b[8] = {};
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (r0 + j < nr) {
+            a[j] = ld_relaxed(p0 + (r0 + j) * S);
+            b[j] = ld_relaxed(p1 + (r0 + j) * S);
+          }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (r0 + j < nr) {
+            s0 += await_slot(p0 + (r0 + j) * S, a[j]);
+            s1 += await_slot(p1 + (r0 + j) * S, b[j]);
+          }
+      }
+      if (row0 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + lane] = s0;
+      if (row0 + 32 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + 32 + lane] = s1;
+      const float empty = __uint_as_float(kSlotEmpty);
+      for (int r = 0; r < nr; ++r) {  // every word this lane read, ready for the next launch
+        st_relaxed(p0 + r * S, empty);
+        st_relaxed(p1 + r * S, empty);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 2 * kWarpTiles; ++i) slots[rank * S + row_of(i) * kTok + tig] = v[i];
+  if (fixup == kFixupFirst) {
     if (rank > 0) {
       // Publish: the warp barrier orders every lane's slot stores before lane 0's reduction
       // (bar.warp.sync guarantees memory ordering among the participating threads), and a
@@ -165,8 +249,8 @@ __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const T
     const float* sl = slots + tok;
 #pragma unroll 8
     for (int r = 0; r < nr; ++r) {
-      s0 += __ldcg(sl + r * (kPairRows * kTok) + lane * kTok);
-      s1 += __ldcg(sl + r * (kPairRows * kTok) + (32 + lane) * kTok);
+      s0 += __ldcg(sl + r * S + lane * kTok);
+      s1 += __ldcg(sl + r * S + (32 + lane) * kTok);
     }
     if (row0 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + lane] = s0;
     if (row0 + 32 + lane < job.n) job.y[static_cast<size_t>(tok0 + tok) * job.n + row0 + 32 + lane] = s1;
@@ -231,13 +315,14 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // matvec_ws.cu launches the warp-specialized kernel. Returns false (launching nothing) when
 // its shared memory (rings of at least 2 slots + the staged activation) does not fit
 // kBlocksPerSm blocks per SM: then the caller runs the bulk kernel (same results).
-// first_sums: in, the first-rank fix-up asked for; out, whether the launch uses it
-// (first_sums_safe).
+// fixup: in, the fix-up asked for (kFixup*, finish_pair); out, the one the launch uses
+// (kFixupLast unless first_sums_safe). The kernel's slots are `slots` (the sentinel scratch)
+// for kFixupSlots, else `partial`.
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
-                      const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                      bool evict_first, int blocks_per_sm, bool& first_sums);
+                      const float4* meta, int t, int kblocks, float* partial, float* slots, int* counters,
+                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup);
 // Whether a launch of `kernel` (its max dynamic shared memory already set) may use the
-// first-rank fix-up (finish_pair): only if every block of the launch is resident at once, since
+// first-rank or flag-free fix-up (finish_pair): only if every block of the launch is resident at once, since
 // rank 0 spins on warps of later blocks. That holds when the grid is one token group
 // (grid.y == 1, t <= kTok) and one wave: grid.x <= (blocks per SM the occupancy API gives for
 // this kernel, block size and shared memory) x SMs. Blocks of other kernels do not break it: a

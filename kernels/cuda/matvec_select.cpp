@@ -56,7 +56,8 @@ MatvecFixup matvec_fixup() {
     const std::string_view v = e ? e : "";
     // Default first: bit-identical to last (docs/performance.md, "Split-K fix-up").
     if (v.empty() || v == "first") return MatvecFixup::first;
-    if (v != "last") fail("BONSAI_CUDA_MV_FIXUP: '{}' is not a split fix-up (first or last)", v);
+    if (v == "slots") return MatvecFixup::slots;
+    if (v != "last") fail("BONSAI_CUDA_MV_FIXUP: '{}' is not a split fix-up (first, last or slots)", v);
     return MatvecFixup::last;
   }();
   return fixup;

@@ -74,11 +74,15 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 }
 #endif
 
-template <int G, bool kEvictFirst>
+// kSlots: the instantiation for the flag-free fix-up (finish_pair, kFixupSlots); the others run
+// kFixupFirst / kFixupLast only. Separate so that the flag-free path's registers do not cost the
+// other instantiations a spill at the 96-register budget (they compile as before; the kSlots
+// ones: no spill at G = 1, 4 bytes at G = 2, ptxas -v).
+template <int G, bool kEvictFirst, bool kSlots>
 __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
     matvec_ws_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                      const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
-                     int* counters, int flags, bool first_sums) {
+                     int* counters, int flags, int fixup) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kWarps][kMaxRing];
@@ -291,7 +295,8 @@ __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
         jb = jobs.job[i];
         pair0 = plan.pair_start[i];
       }
-    finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters, first_sums);
+    finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters,
+                kSlots ? kFixupSlots : fixup & kFixupFirst);
     kb = 0;
     ++gpair;
   }
@@ -317,7 +322,7 @@ const WsLimits& ws_limits() {
     cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     l.reserved = static_cast<size_t>(v);
     cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, matvec_ws_kernel<2, true>) == cudaSuccess)
+    if (cudaFuncGetAttributes(&fa, matvec_ws_kernel<2, true, false>) == cudaSuccess)
       l.static_bytes = fa.sharedSizeBytes;
     cudaGetLastError();  // a failed query is not an error of the next launch
     return l;
@@ -340,20 +345,30 @@ int matvec_ws_slots(int groups, int ring, int t, int kblocks, int blocks_per_sm)
 }
 
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
-                      const float4* meta, int t, int kblocks, float* partial, int* counters, cudaStream_t s,
-                      bool evict_first, int blocks_per_sm, bool& first_sums) {
+                      const float4* meta, int t, int kblocks, float* partial, float* slots, int* counters,
+                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup) {
   StreamPlan plan = p;
   plan.ring = matvec_ws_slots(groups, p.ring, t, kblocks, blocks_per_sm);
   if (plan.ring == 0) return false;
   const int flags = matvec_ws_variant();
   const size_t smem = ws_smem(groups, plan.ring, t, kblocks, flags);
-  auto* kernel = groups == 2 ? (evict_first ? matvec_ws_kernel<2, true> : matvec_ws_kernel<2, false>)
-                             : (evict_first ? matvec_ws_kernel<1, true> : matvec_ws_kernel<1, false>);
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  auto pick = [&](bool slot_kernel) {
+    if (slot_kernel)
+      return groups == 2 ? (evict_first ? matvec_ws_kernel<2, true, true> : matvec_ws_kernel<2, false, true>)
+                         : (evict_first ? matvec_ws_kernel<1, true, true> : matvec_ws_kernel<1, false, true>);
+    return groups == 2 ? (evict_first ? matvec_ws_kernel<2, true, false> : matvec_ws_kernel<2, false, false>)
+                       : (evict_first ? matvec_ws_kernel<1, true, false> : matvec_ws_kernel<1, false, false>);
+  };
   const int threads = (kWarps + (flags & kTwoProducers ? 2 : 1)) * 32;
-  first_sums = first_sums && first_sums_safe(kernel, grid, threads, smem);
-  launch(kernel, grid, threads, smem, s, jobs, plan, xq, meta, t, kblocks, partial, counters, flags,
-         first_sums);
+  auto* kernel = pick(fixup == kFixupSlots);
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (fixup != kFixupLast && !first_sums_safe(kernel, grid, threads, smem)) {
+    fixup = kFixupLast;
+    kernel = pick(false);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  }
+  launch(kernel, grid, threads, smem, s, jobs, plan, xq, meta, t, kblocks,
+         fixup == kFixupSlots ? slots : partial, counters, flags, fixup);
   return true;
 }
 

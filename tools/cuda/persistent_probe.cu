@@ -73,9 +73,11 @@ MatvecKernel matvec_kernel() {
   return e && std::strcmp(e, "bulk") == 0 ? MatvecKernel::bulk : MatvecKernel::ws;
 }
 int matvec_ws_variant() { return 8; }
-MatvecFixup matvec_fixup() {  // the production default (first); PK_FIXUP=last: the last-arriver one
+MatvecFixup matvec_fixup() {  // the production default (first); PK_FIXUP=last|slots: the others
   const char* e = std::getenv("PK_FIXUP");
-  return e && std::strcmp(e, "last") == 0 ? MatvecFixup::last : MatvecFixup::first;
+  if (e && std::strcmp(e, "last") == 0) return MatvecFixup::last;
+  if (e && std::strcmp(e, "slots") == 0) return MatvecFixup::slots;
+  return MatvecFixup::first;
 }
 bool pdl_enabled() { return true; }
 }  // namespace bonsai::cuda
@@ -549,7 +551,7 @@ int main(int argc, char** argv) {
                                              tiled_bytes(seq[i].n, seq[i].k, 1) / 4,
                                              std::sqrt(1.5f / static_cast<float>(seq[i].k)), 1000 + i);
   CK(cudaGetLastError());
-  float *x0 = nullptr, *ya = nullptr, *yb = nullptr, *partial = nullptr;
+  float *x0 = nullptr, *ya = nullptr, *yb = nullptr, *partial = nullptr, *slots = nullptr;
   int* counters = nullptr;
   uint8_t* xq = nullptr;
   float4* meta = nullptr;
@@ -558,6 +560,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&ya, ybytes * sizeof(float)));
   CK(cudaMalloc(&yb, ybytes * sizeof(float)));
   CK(cudaMalloc(&partial, max_partial * sizeof(float)));
+  CK(cudaMalloc(&slots, max_partial * sizeof(float)));  // A's flag-free fix-up: all words empty
+  CK(cudaMemsetAsync(slots, 0xff, max_partial * sizeof(float), s));
   CK(cudaMalloc(&counters, max_pairs * sizeof(int)));
   CK(cudaMalloc(&xq, kMaxKb * kActBytes));
   CK(cudaMalloc(&meta, kMaxKb * sizeof(float4)));
@@ -609,7 +613,8 @@ int main(int argc, char** argv) {
       TiledJobs jobs;
       jobs.count = 1;
       jobs.job[0] = {w + woff[i], ya + yoff[i], seq[i].n};
-      matvec_tiled(jobs, 1, xq, meta, 1, seq[i].k, sms, partial, counters, s, true);
+      matvec_tiled(jobs, 1, xq, meta, 1, seq[i].k, sms, partial, counters, s, true, matvec_kernel(),
+                   matvec_fixup(), slots);
     }
   };
   step_a(true);  // eager once: the launchers' one-time queries outside the capture
