@@ -287,14 +287,16 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
       // mma, then the wgmma kernels: the producer warp's bulk / TMA feed (128-byte swizzle with
       // the default consumer loop, then 32-byte), the consumers' cp.async, the producer kernel's
-      // consumer loops 0, 1, 2 (128-byte swizzle).
+      // consumer loops 0, 1, 2 (128-byte swizzle, 64 tokens per block), then its 128-token blocks
+      // (forced on every launch, also on grids the automatic rule leaves at 64).
       const cuda::GemmKernel kernels[] = {cuda::GemmKernel::mma,   cuda::GemmKernel::wgmma,
                                           cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma_cp,
                                           cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma,
-                                          cuda::GemmKernel::wgmma};
-      const int swizzles[] = {0, 128, 32, 0, 128, 128, 128};
-      const int loops[] = {-1, -1, -1, -1, 0, 1, 2};
-      constexpr int kVariants = 7;
+                                          cuda::GemmKernel::wgmma, cuda::GemmKernel::wgmma};
+      const int swizzles[] = {0, 128, 32, 0, 128, 128, 128, 128};
+      const int loops[] = {-1, -1, -1, -1, 0, 1, 2, -1};
+      const int tokens[] = {0, 0, 0, 0, 64, 64, 64, 128};
+      constexpr int kVariants = 8;
       std::vector<std::vector<float>> ys[kVariants];
       for (int v = 0; v < kVariants; ++v) {
         const auto kernel = kernels[v];
@@ -304,7 +306,7 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
           cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
         }
         cuda::gemm_tiled(run, 1, xq, meta, t, k, sms, partial, nullptr, kernel, v ? ranges : 0, swizzles[v],
-                         loops[v]);
+                         loops[v], tokens[v]);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         for (int j = 0; j < jobs.count; ++j) {
           ys[v].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
@@ -319,8 +321,8 @@ TEST_F(CudaGemm, WgmmaKernelMatchesMmaKernel) {
             ASSERT_FALSE(std::isnan(a)) << "k " << k << " t " << t << " job " << j << " i " << i;
             ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
                 << "variant " << v
-                << " (1: wgmma 128-byte swizzle, 2: 32-byte, 3: wgmma_cp, 4-6: loops 0-2) k " << k << " t "
-                << t << " job " << j << " i " << i << ": " << a << " vs " << b;
+                << " (1: wgmma 128-byte swizzle, 2: 32-byte, 3: wgmma_cp, 4-6: loops 0-2, 7: 128 tokens) k "
+                << k << " t " << t << " job " << j << " i " << i << ": " << a << " vs " << b;
           }
     }
     for (void* p : mem) cudaFree(p);
@@ -349,6 +351,19 @@ TEST(CudaGemmSelect, AutomaticChoiceFollowsTheGridSize) {
     EXPECT_EQ(cuda::gemm_launch_kernel(k, 1, 1, sms, true), k);
     EXPECT_EQ(cuda::gemm_launch_kernel(k, 1, 100 * sms, sms, true), k);
   }
+}
+
+// The tokens per block of a wgmma producer launch (gemm_wg_block_tokens): 128 only when asked
+// for and the grid of 128-token blocks covers every SM. Host logic only (runs without a GPU).
+TEST(CudaGemmSelect, WideTokenBlocksOnlyOnLargeGrids) {
+  const int sms = 132;
+  EXPECT_EQ(cuda::gemm_wg_block_tokens(64, 100 * sms, sms), 64);
+  EXPECT_EQ(cuda::gemm_wg_block_tokens(128, sms, sms), 128);
+  EXPECT_EQ(cuda::gemm_wg_block_tokens(128, 100 * sms, sms), 128);
+  EXPECT_EQ(cuda::gemm_wg_block_tokens(128, sms - 1, sms), 64);
+  EXPECT_EQ(cuda::gemm_wg_block_tokens(128, 0, sms), 64);
+  const int knob = cuda::gemm_wg_tokens();
+  EXPECT_TRUE(knob == 64 || knob == 128);
 }
 
 // The decode matvec on shapes long enough that each warp's range wraps its ring of unit

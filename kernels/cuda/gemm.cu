@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
@@ -384,16 +385,18 @@ int gemm_split_mode() {
   return mode;
 }
 
-// Row blocks x token blocks of a launch before any k split.
-int gemm_grid(const TiledJobs& jobs, int t) {
+// Row blocks x token blocks (of `tokens` each) of a launch before any k split.
+int gemm_grid(const TiledJobs& jobs, int t, int tokens = kGemmTokens) {
   int blocks = 0;
   for (int j = 0; j < jobs.count; ++j)
     blocks += (static_cast<int>(tiled_pairs(jobs.job[j].n) * kWarpTiles) + kBlockTiles - 1) / kBlockTiles;
-  return blocks * ((t + kGemmTokens - 1) / kGemmTokens);
+  return blocks * ((t + tokens - 1) / tokens);
 }
 
-// slots: blocks resident per SM (2 for the mma.sync kernel, 1 for the wgmma kernel).
-GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots_per_sm) {
+// slots: blocks resident per SM (2 for the mma.sync kernel, 1 for the wgmma kernel); tokens: per
+// block (128 for the wgmma producer kernel's NT = 128, else 64).
+GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots_per_sm,
+                   int tokens = kGemmTokens) {
   GemmPlan plan;
   int blocks = 0;
   int64_t out = 0;
@@ -420,7 +423,7 @@ GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int 
   // per SM in the last round) runs as 2 or 4 ranges instead of 1 or 2; launches of two or
   // more full rounds stay whole. BONSAI_CUDA_GEMM_SPLIT=0: the first rule for every grid (the
   // plan before the model); n > 1: n ranges wherever k allows (measurements).
-  const int grid = blocks * ((t + kGemmTokens - 1) / kGemmTokens);
+  const int grid = blocks * ((t + tokens - 1) / tokens);
   const int max_splits = std::max(1, kblocks / 4);
   int splits = std::clamp((slots_per_sm * sm_count + grid - 1) / grid, 1, max_splits);
   plan.kb_per_split = (kblocks + splits - 1) / splits;
@@ -510,23 +513,24 @@ void run_gemm_wgmma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, con
 
 // The producer-warp kernel (gemm_wgmma_tma.cuh) on this launch's token range: the tensor maps
 // (gemm_select.cpp) describe its t tokens from xq / meta.
-template <int ST, int SWZ, int LOOP>
+template <int ST, int SWZ, int LOOP, int NT = kGemmTokens>
 void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq, const float4* meta, int t,
                         int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
-  const GemmTensorMaps maps = gemm_tensor_maps(xq, meta, t, kblocks, SWZ);
+  const GemmTensorMaps maps = gemm_tensor_maps(xq, meta, t, kblocks, SWZ, NT);
   static_assert(sizeof(CUtensorMap) == sizeof maps.act && sizeof(CUtensorMap) == sizeof maps.meta);
   CUtensorMap xmap, mmap;
   std::memcpy(&xmap, maps.act, sizeof xmap);
   std::memcpy(&mmap, maps.meta, sizeof mmap);
-  using S = GemmSmemT<ST, SWZ>;
+  using S = GemmSmemT<ST, SWZ, NT>;
   constexpr int smem = S::kBytes + S::kBars + S::kAlign;  // + the mbarriers, alignment
-  const dim3 grid(static_cast<unsigned>((t + kGemmTokens - 1) / kGemmTokens),
-                  static_cast<unsigned>(plan.block_start[kMaxJobs]), static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST, SWZ, LOOP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
+  const dim3 grid(static_cast<unsigned>((t + NT - 1) / NT), static_cast<unsigned>(plan.block_start[kMaxJobs]),
+                  static_cast<unsigned>(splits));
+  cudaFuncSetAttribute(gemm_wgmma_tma_kernel<ST, SWZ, LOOP, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        smem);
-  launch(gemm_wgmma_tma_kernel<ST, SWZ, LOOP>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t,
+  launch(gemm_wgmma_tma_kernel<ST, SWZ, LOOP, NT>, grid, kTmaThreads, smem, s, jobs, plan, xmap, mmap, t,
          kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
@@ -556,8 +560,8 @@ int token_span(int kblocks) {
   return static_cast<int>(std::min<int64_t>(((int64_t{1} << 32) / row) / kGemmTokens * kGemmTokens, 1 << 30));
 }
 
-size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots) {
-  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, slots);
+size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count, int slots, int tokens) {
+  const GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, slots, tokens);
   const int splits = gemm_splits(p, kblocks);
   return splits > 1 ? static_cast<size_t>(splits) * p.out_start[kMaxJobs] : 0;
 }
@@ -566,11 +570,14 @@ size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count, int 
 
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
-  // Either kernel may run (the groups are not known here): room for both plans.
+  // Either kernel may run (the groups are not known here): room for every plan (mma.sync: 2
+  // slots of 64 tokens; wgmma: 1 slot of 64 or 128 tokens).
   size_t s = 0;
-  for (int slots : {1, 2}) {
-    s = std::max(s, scratch_for(jobs, std::min(t, span), kblocks, sm_count, slots));
-    if (t > span && t % span != 0) s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count, slots));
+  for (const auto& [slots, tokens] :
+       {std::pair{1, kGemmTokens}, std::pair{2, kGemmTokens}, std::pair{1, 128}}) {
+    s = std::max(s, scratch_for(jobs, std::min(t, span), kblocks, sm_count, slots, tokens));
+    if (t > span && t % span != 0)
+      s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count, slots, tokens));
   }
   return s;
 }
@@ -584,15 +591,30 @@ GemmKernel gemm_launch_kernel(GemmKernel kernel, int groups, int grid, int sm_co
   return wgmma_ok && groups == 1 && big ? GemmKernel::wgmma : GemmKernel::mma;
 }
 
+namespace {
+
+// The tokens per block of a launch: 128 only for the wgmma producer kernel with the 128-byte
+// swizzle, where wg_tokens (tests: 64 or 128 forced) or gemm_wg_tokens() asks for it and the grid
+// is large enough (gemm_wg_block_tokens).
+int block_tokens(const TiledJobs& jobs, int groups, int t, int sm_count, GemmKernel kernel, bool sw128,
+                 int wg_tokens) {
+  if (!use_wgmma(groups, kernel) || kernel != GemmKernel::wgmma) return kGemmTokens;
+  if (wg_tokens) return sw128 ? wg_tokens : kGemmTokens;  // (the 32-byte kernel has 64 only)
+  return sw128 ? gemm_wg_block_tokens(gemm_wg_tokens(), gemm_grid(jobs, t, 128), sm_count) : kGemmTokens;
+}
+
+}  // namespace
+
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel) {
   const int kblocks = static_cast<int>(k / kBlockK), n = std::min(t, token_span(kblocks));
   kernel = gemm_launch_kernel(kernel, groups, gemm_grid(jobs, n), sm_count, gemm_wgmma_available());
-  return gemm_splits(plan_gemm(jobs, n, kblocks, sm_count, slots_for(groups, kernel)), kblocks);
+  const int tokens = block_tokens(jobs, groups, n, sm_count, kernel, gemm_wg_swizzle() == 128, 0);
+  return gemm_splits(plan_gemm(jobs, n, kblocks, sm_count, slots_for(groups, kernel), tokens), kblocks);
 }
 
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges, int wg_swizzle,
-                int wg_loop) {
+                int wg_loop, int wg_tokens) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
   const bool sw128 = (wg_swizzle ? wg_swizzle : gemm_wg_swizzle()) == 128;
@@ -605,12 +627,16 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     const uint8_t* x = xq + static_cast<size_t>(t0) * kblocks * kActBytes;
     const float4* m = meta + static_cast<size_t>(t0) * kblocks;
     kernel = gemm_launch_kernel(chosen, groups, gemm_grid(part, n), sm_count, gemm_wgmma_available());
-    GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel));
+    const int tokens = block_tokens(part, groups, n, sm_count, kernel, sw128, wg_tokens);
+    GemmPlan p = plan_gemm(part, n, kblocks, sm_count, slots_for(groups, kernel), tokens);
     if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
     if (use_wgmma(groups, kernel) && kernel == GemmKernel::wgmma) {
-      // The consumer loop's variants (LOOP 1, 2) run with the 128-byte swizzle only.
+      // The consumer loop's variants (LOOP 1, 2) run with the 128-byte swizzle only; 128 tokens
+      // per block with 4 stages and their own loop.
       const bool st4 = gemm_wg_stages() == 4;
-      if (sw128 && loop == 2 && st4)
+      if (tokens == 128)
+        run_gemm_wgmma_tma<4, 128, 2, 128>(p, part, x, m, n, kblocks, partial, s);
+      else if (sw128 && loop == 2 && st4)
         run_gemm_wgmma_tma<4, 128, 2>(p, part, x, m, n, kblocks, partial, s);
       else if (sw128 && loop == 2)
         run_gemm_wgmma_tma<8, 128, 2>(p, part, x, m, n, kblocks, partial, s);

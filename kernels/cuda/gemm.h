@@ -44,21 +44,33 @@ int gemm_wg_stages();
 // other value is an error). Read once per process.
 int gemm_wg_swizzle();
 // The wgmma producer kernel's consumer loop (gemm_wgmma_tma.cuh, LOOP; with the 128-byte swizzle
-// only): 0 (round 2's), 1 (the stage's reads done before the wgmmas, the flush operands formed
-// after them) or 2 (the default: 1, and the next k-block's reads, A gather and set init before
-// the wait for the current wgmmas), BONSAI_CUDA_GEMM_WG_LOOP (any other value is an error).
-// Read once per process.
+// and 64 tokens per block only): 0 (round 2's), 1 (the stage's reads done before the wgmmas, the flush
+// operands formed after them) or 2 (the default: 1, and the next k-block's reads, A gather and set init
+// before the wait for the current wgmmas), BONSAI_CUDA_GEMM_WG_LOOP (any other value is an error). Read once
+// per process.
 int gemm_wg_loop();
+// The wgmma producer kernel's tokens per block: 128 (the default; one accumulator set per
+// consumer warpgroup, m64n128k32, 4 stages; with the 128-byte swizzle only, its own consumer
+// loop: BONSAI_CUDA_GEMM_WG_LOOP does not apply) or 64 (two sets, m64n64k32; also the default
+// when BONSAI_CUDA_GEMM_WG_STAGES=8 or _WG_SWIZZLE=32), BONSAI_CUDA_GEMM_WG_TOKENS (any other
+// value, or 128 with WG_STAGES=8 or WG_SWIZZLE=32, is an error). Read once per process. Per
+// launch see gemm_wg_block_tokens.
+int gemm_wg_tokens();
+// The tokens per block a wgmma producer launch runs with: `tokens` (gemm_wg_tokens()) = 128 only
+// for grids of at least one 128-token block per SM (grid128: row blocks x 128-token blocks,
+// before the k split); smaller grids keep 64 (twice the blocks to spread over the SMs).
+int gemm_wg_block_tokens(int tokens, int grid128, int sm_count);
 // The wgmma producer kernel's two CUtensorMaps (128 bytes each, kept opaque here so that this
 // header needs no cuda.h) for a launch over t tokens: act = xq [t][kblocks·256] bytes, box
-// `swizzle` (32 or 128) bytes x kGemmTokens tokens with the swizzle of that many bytes; meta =
-// [t][kblocks] float4 as [t][4·kblocks] floats, box 4 x kGemmTokens, no swizzle. Tokens past t
-// read as zeros. A failed encode is a bonsai::Error.
+// `swizzle` (32 or 128) bytes x `tokens` (the block's, 64 or 128) with the swizzle of that many
+// bytes; meta = [t][kblocks] float4 as [t][4·kblocks] floats, box 4 x `tokens`, no swizzle.
+// Tokens past t read as zeros. A failed encode is a bonsai::Error.
 struct GemmTensorMaps {
   alignas(64) unsigned char act[128];
   alignas(64) unsigned char meta[128];
 };
-GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle);
+GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle,
+                                int tokens);
 // The mma.sync kernel's activation staging in shared memory (gemm.cu, kActPitch): 1 (the
 // default), 256-byte rows with swapped 16-byte halves in odd tokens; 0, rows padded by 16
 // bytes (before). BONSAI_CUDA_GEMM_STAGE=0|1 (any other value is an error). Read once per process.
@@ -75,9 +87,11 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
 // two). ranges > 0 (tests): that many k ranges instead of the plan's (`partial` must hold
 // ranges x t x Σ n_j floats). wg_swizzle (tests): the wgmma producer kernel's swizzle, 32 or
 // 128; 0: gemm_wg_swizzle(). wg_loop (tests): its consumer loop, 0..2; -1: gemm_wg_loop().
+// wg_tokens (tests): its tokens per block on every launch, 64 or 128 (128 with the 128-byte
+// swizzle only; with 32 it runs 64); 0: gemm_wg_tokens() through gemm_wg_block_tokens.
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s, GemmKernel kernel = gemm_kernel(),
-                int ranges = 0, int wg_swizzle = 0, int wg_loop = -1);
+                int ranges = 0, int wg_swizzle = 0, int wg_loop = -1, int wg_tokens = 0);
 // The number of k ranges gemm_tiled splits such a launch into (tests).
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
 

@@ -1,8 +1,8 @@
 // BONSAI_CUDA_GEMM: which kernel runs the prefill GEMM (kernels/cuda/gemm.h, gemm_kernel);
 // BONSAI_CUDA_GEMM_STAGE: the mma.sync kernel's activation staging (gemm_stage);
-// BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE / _WG_LOOP: the wgmma producer kernel's ring depth,
-// activation swizzle and consumer loop; BONSAI_CUDA_GEMM_WG_MIN: the automatic choice's threshold; the tensor
-// maps.
+// BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE / _WG_LOOP / _WG_TOKENS: the wgmma producer kernel's
+// ring depth, activation swizzle, consumer loop and tokens per block; BONSAI_CUDA_GEMM_WG_MIN: the automatic
+// choice's threshold; the tensor maps.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -103,6 +103,36 @@ int gemm_wg_loop() {
   return loop;
 }
 
+int gemm_wg_tokens() {
+  static const int tokens = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_TOKENS");
+    const std::string_view v = e ? e : "";
+    // 128 tokens: stages of 39 KB (8 would exceed the 227 KB of shared memory) and the 128-byte
+    // swizzle's two boxes of 128 tokens (the 32-byte kernel stays at 64).
+    const bool fits = gemm_wg_stages() == 4 && gemm_wg_swizzle() == 128;
+    // Default 128 (H200: pp512 4703 / 4702 against 4501 / 4497 with 64, alternated; all 27B
+    // matmuls at t = 512 81.8 against 85.7 ms; docs/performance.md, "Prefill GEMM", round 4),
+    // 64 where BONSAI_CUDA_GEMM_WG_STAGES=8 or _WG_SWIZZLE=32 ask for the 64-token kernel.
+    if (v.empty()) return fits ? 128 : 64;
+    if (v == "64") return 64;
+    if (v != "128")
+      fail("BONSAI_CUDA_GEMM_WG_TOKENS: '{}' is not a token count per block of the wgmma kernel (64 or 128)",
+           v);
+    if (gemm_wg_stages() != 4)
+      fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 runs 4 stages; BONSAI_CUDA_GEMM_WG_STAGES={} does not fit",
+           gemm_wg_stages());
+    if (gemm_wg_swizzle() != 128)
+      fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 needs the 128-byte swizzle (BONSAI_CUDA_GEMM_WG_SWIZZLE={})",
+           gemm_wg_swizzle());
+    return 128;
+  }();
+  return tokens;
+}
+
+int gemm_wg_block_tokens(int tokens, int grid128, int sm_count) {
+  return tokens == 128 && grid128 >= sm_count ? 128 : kGemmTokens;
+}
+
 int gemm_stage() {
   static const int stage = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM_STAGE");
@@ -169,16 +199,17 @@ void encode_2d(unsigned char (&out)[128], const void* base, CUtensorMapDataType 
 
 }  // namespace
 
-GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle) {
+GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle,
+                                int tokens) {
   GemmTensorMaps m{};
   const auto rows = static_cast<uint64_t>(t), kb = static_cast<uint64_t>(kblocks);
-  // The activation: region r of a k-block = bytes [swizzle·r, swizzle·(r + 1)) of 64 tokens'
-  // 256-byte records.
+  // The activation: region r of a k-block = bytes [swizzle·r, swizzle·(r + 1)) of `tokens`
+  // tokens' 256-byte records.
+  const auto by = static_cast<uint32_t>(tokens);
   encode_2d(m.act, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kb * kActBytes, rows, static_cast<uint32_t>(swizzle),
-            kGemmTokens, swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
-            "GEMM activation");
-  encode_2d(m.meta, meta, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, kb * 4, rows, 4, kGemmTokens,
-            CU_TENSOR_MAP_SWIZZLE_NONE, "GEMM activation meta");
+            by, swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B, "GEMM activation");
+  encode_2d(m.meta, meta, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, kb * 4, rows, 4, by, CU_TENSOR_MAP_SWIZZLE_NONE,
+            "GEMM activation meta");
   return m;
 }
 

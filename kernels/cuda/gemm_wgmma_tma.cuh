@@ -9,6 +9,9 @@
 // mma.sync (102.0 with the 32-byte swizzle), at t = 256 53.3 against 56.9; the default on compute
 // capability 9.0 for grids of at least one block per SM (BONSAI_CUDA_GEMM=auto), pp512 +10 %.
 // Round 3: consumer loop 2 (LOOP, below) 85.8 against 88.1 ms, pp512 +1.7 %; ring of 4 stages.
+// Round 4: NT = 128 tokens per block (BONSAI_CUDA_GEMM_WG_TOKENS=128, the default; m64n128k32,
+// one accumulator set per warpgroup, 4 stages of 39 KB; the 128-byte swizzle only), below: all
+// 27B matmuls at t = 512 81.8 against 85.7 ms, pp512 +4.5 %.
 // What differs from gemm_wgmma_kernel is who fills the stages:
 // - A third warpgroup is the producer. Its warp 0 alone issues a stage's copies, one per lane,
 //   through the async proxy: lanes 0-7 one `cp.async.bulk` each of a stored 544-byte chunk (the
@@ -73,17 +76,20 @@ constexpr int kTmaThreads = 384;  // two consumer warpgroups + the producer warp
 // the meta; regions 256-byte aligned). SWZ = 128: the activation first, as two 8 KB regions (hi,
 // lo) of 8-token atoms of 1024 bytes, which the 128-byte swizzle needs 1024-byte aligned, so
 // the stage is padded to a multiple of 1024 bytes (22528 instead of 21760).
-template <int kStagesT, int SWZ>
+template <int kStagesT, int SWZ, int NT = kGemmTokens>
 struct GemmSmemT {
   static_assert(SWZ == 32 || SWZ == 128);
+  static_assert(NT == kGemmTokens || (NT == 2 * kGemmTokens && SWZ == 128),
+                "128 tokens: 128-byte swizzle only");
   using W = GemmSmemW<kStagesT>;
-  static constexpr int kCB = W::kCB, kW = W::kW, kX = W::kX, kM = W::kM;
-  static constexpr int kAlign = SWZ == 128 ? 1024 : 256;  // of the activation regions
+  static constexpr int kCB = W::kCB, kW = W::kW;
+  static constexpr int kX = NT * kActBytes, kM = NT * 16;  // activation and meta of NT tokens
+  static constexpr int kAlign = SWZ == 128 ? 1024 : 256;   // of the activation regions
   static constexpr int kOffW = SWZ == 128 ? kX : 0;
   static constexpr int kOffX = SWZ == 128 ? 0 : kW;
   static constexpr int kOffM = kW + kX;
   static constexpr int kStage = (kW + kX + kM + kAlign - 1) / kAlign * kAlign;
-  static constexpr int kP = kGemmTokens * 8;  // one operand buffer
+  static constexpr int kP = NT * 8;  // one operand buffer
   static constexpr int kBytes = kStagesT * kStage + 8 * 2 * kP;
   static constexpr int kBars = 16 * kStagesT;
   static_assert(kOffX % kAlign == 0 && kStage % kAlign == 0, "swizzled regions need their alignment");
@@ -126,8 +132,10 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // xmap: the activation [t][kblocks·256] u8 (SWZ = 32: box 32 x 64, 32-byte swizzle; SWZ = 128:
-// box 128 x 64, 128-byte swizzle); mmap: the meta [t][kblocks·4] f32 (box 4 x 64). Both describe
-// the launch's token range (t tokens from its xq).
+// box 128 x NT, 128-byte swizzle); mmap: the meta [t][kblocks·4] f32 (box 4 x NT). Both describe
+// the launch's token range (t tokens from its xq). NT: tokens per block, 64 or 128 (the regions
+// below then hold 128 tokens, 16 KB each; the wgmma B operand is 128 tokens of 16 8-token
+// atoms, the same SBO).
 //
 // SWZ = 128 (the layout of the 128-byte swizzle mode, wgmma layout type 1, K-major): region h
 // (0: hi, 1: lo) of a stage holds bytes [128h, 128h + 128) of the 64 tokens' records, token n's
@@ -147,18 +155,19 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // (round 2's ncu: 8 % of the stall samples between the meta loads and their adds). 2: as 1, and
 // prep(i + 1) (full wait, loads, A gather into the other A registers, the set init) runs before
 // the wait for k-block i's wgmmas, so the next batch issues right after that wait.
-template <int kStagesT, int SWZ, int LOOP>
+template <int kStagesT, int SWZ, int LOOP, int NT>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_wgmma_tma_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                           const __grid_constant__ CUtensorMap mmap, int t, int kblocks) {
 #if BONSAI_WGMMA
-  using S = GemmSmemT<kStagesT, SWZ>;
+  using S = GemmSmemT<kStagesT, SWZ, NT>;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
-  constexpr int kR = 32;  // accumulators per set and thread (64 rows x 64 tokens / 128)
+  constexpr int kR = 32;       // accumulators per set and thread of NT = 64 (64 rows x 64 tokens / 128)
+  constexpr int kRA = NT / 2;  // outputs per thread (64 rows x NT tokens / 128)
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
             tg = lane & 3;
-  const int tok0 = blockIdx.x * kGemmTokens;
+  const int tok0 = blockIdx.x * NT;
   const int rb = blockIdx.y;
   TiledJob job = jobs.job[0];
   int tiles = plan.tiles[0], bstart = 0;
@@ -203,7 +212,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
                  wsrc + static_cast<size_t>(kb0 + i) * S::kCB, S::kCB, bar);
     };
     auto load_x = [&](int i) {  // the activation's regions (8 of 32 bytes or 2 of 128) and the meta
-      constexpr int kRegions = kActBytes / SWZ, kRegion = kGemmTokens * SWZ;
+      constexpr int kRegions = kActBytes / SWZ, kRegion = NT * SWZ;
       const uint32_t slot = i % kStagesT, bar = full0 + 8 * slot, st = sbase + slot * S::kStage;
       const int r = lane - kBlockTiles;
       if (r >= 0 && r < kRegions)
@@ -235,20 +244,83 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   constexpr uint64_t kSbo = SWZ == 128 ? 1024 : 256, kType = SWZ == 128 ? 1 : 3;
   constexpr uint64_t kDescHi = ((kSbo >> 4) | (kType << 30)) << 32;
   // The operand of k-step j: SWZ = 32, hi in region j, lo in region 4 + j (2048 bytes each);
-  // SWZ = 128, hi 32j bytes into region 0, lo 32j bytes into region 1 (8192 bytes on).
+  // SWZ = 128, hi 32j bytes into region 0, lo 32j bytes into region 1 (NT·128 bytes on).
   constexpr uint32_t kHiStep = SWZ == 128 ? 32 / 16 : 2048 / 16,
-                     kLoOff = SWZ == 128 ? 8192 / 16 : 4 * 2048 / 16;
+                     kLoOff = SWZ == 128 ? NT * 128 / 16 : 4 * 2048 / 16;
   pdl_wait();  // (the output may still be read by the previous kernel)
   const int tile = wg * 4 + w;
-  float acc[kR];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
+  float acc[kRA];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
 #pragma unroll
-  for (int i = 0; i < kR; ++i) acc[i] = 0.0f;
-  int hs[2][kR], ls[2][kR];  // accumulator sets: Σc·hi, Σc·lo (+ the magic)
-  // This warp's two operand buffers [2][64] (after the stages).
-  float2* const ops = reinterpret_cast<float2*>(sm + kStagesT * S::kStage) + (wg * 4 + w) * 2 * kGemmTokens;
+  for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
+  // This warp's two operand buffers [2][NT] (after the stages).
+  float2* const ops = reinterpret_cast<float2*>(sm + kStagesT * S::kStage) + (wg * 4 + w) * 2 * NT;
 
   static_assert(LOOP >= 0 && LOOP <= 2 && (LOOP == 0 || SWZ == 128));
-  if constexpr (LOOP == 0) {
+  static_assert(NT == kGemmTokens || NT == 2 * kGemmTokens);
+  if constexpr (NT == 2 * kGemmTokens) {
+    // NT = 128 (BONSAI_CUDA_GEMM_WG_TOKENS=128): one accumulator set per warpgroup, m64n128k32.
+    // Two sets of 64 (hi + lo) plus the 64 outputs would be 320 registers against the 232 of a
+    // consumer, so the set is flushed before the next k-block's wgmmas are issued: this
+    // warpgroup's tensor work pauses during its flush, which the other consumer warpgroup's
+    // wgmmas fill (its own k-block runs out of phase). Still taken off that path: the full wait
+    // and the flush operands of k-block i + 1 are done while k-block i's wgmmas run.
+    uint32_t a[4][4];  // this k-block's A operands
+    uint32_t swv;      // the row scales (half2 of rows g, g + 8)
+    int hs[kRA], ls[kRA];
+    auto wait_form = [&](int i) {  // full wait, then k-block i's operands into buffer i & 1
+      const int slot = i % kStagesT;
+      mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
+      const uint8_t* mst = sm + slot * S::kStage + S::kOffM;
+#pragma unroll
+      for (int h = 0; h < NT / 32; ++h) {  // kMagic + Σq exactly (|Σq| < 2^22): gemm_tiled_kernel's mq
+        const float4 m = *reinterpret_cast<const float4*>(mst + (lane + 32 * h) * 16);
+        ops[(i & 1) * NT + lane + 32 * h] =
+            make_float2(m.x, __int_as_float(kMagicBits + __float_as_int(m.z) + __float_as_int(m.w)));
+      }
+    };
+    if (n > 0) wait_form(0);
+    for (int i = 0; i < n; ++i) {
+      const int slot = i % kStagesT;
+      const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
+      swv = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) gather_codes(a[j], chunk, g, tg, j);
+#pragma unroll
+      for (int e = 0; e < kRA; ++e) {
+        hs[e] = kMagicBits;
+        ls[e] = kMagicBits;
+      }
+      wgmma_fence();
+      const uint32_t dlo = dlo0 + slot * (S::kStage / 16);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t dh = kDescHi | (dlo + j * kHiStep), dl = kDescHi | (dlo + kLoOff + j * kHiStep);
+        wgmma_m64n128k32_u8s8(hs, a[j], dh, 1);
+        wgmma_m64n128k32_u8s8(ls, a[j], dl, 1);
+      }
+      wgmma_commit();
+      if (i + 1 < n) wait_form(i + 1);
+      wgmma_wait<0>();
+      __syncwarp();  // every lane's reads of the stage and operand stores of k-block i
+      if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+      const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&swv));  // rows g, g + 8
+      const float2* op = ops + (i & 1) * NT;
+#pragma unroll
+      for (int q = 0; q < NT / 8; ++q)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float2 m = op[8 * q + 2 * tg + c];  // {s, kMagic + Σq}
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = 4 * q + 2 * r + c;
+            const float T = flush_value(hs[e], ls[e], m.y);
+            acc[e] = fmaf(T, (r ? dd.y : dd.x) * m.x, acc[e]);
+          }
+        }
+      __syncwarp();  // the operand reads before wait_form(i + 2) rewrites the buffer
+    }
+  } else if constexpr (LOOP == 0) {
+    int hs[2][kR], ls[2][kR];  // accumulator sets: Σc·hi, Σc·lo (+ the magic)
     auto issue = [&](int i, int set) {
       const int slot = i % kStagesT;
       mbar_wait(full0 + 8 * slot, (i / kStagesT) & 1);
@@ -330,6 +402,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
   } else {
+    int hs[2][kR], ls[2][kR];  // accumulator sets: Σc·hi, Σc·lo (+ the magic)
     // LOOP 1 / 2: prep(i) reads everything k-block i needs from its stage into registers (A
     // codes, raw meta of this lane's two tokens, the row scales), launch(i) issues its wgmmas,
     // form(i) then turns the meta into the flush operands, flush(i) needs no stage data (the slot
@@ -425,7 +498,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   float* out = job.y;
   if (gridDim.z > 1) out = plan.partial + blockIdx.z * plan.out_start[kMaxJobs] + out0;
 #pragma unroll
-  for (int e = 0; e < kR; ++e) {
+  for (int e = 0; e < kRA; ++e) {
     const int row = (tile0 + tile) * kTileRows + g + 8 * ((e >> 1) & 1);
     const int tok = tok0 + 8 * (e >> 2) + 2 * tg + (e & 1);
     if (row < job.n && tok < t) out[static_cast<size_t>(tok) * job.n + row] = acc[e];
