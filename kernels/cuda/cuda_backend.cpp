@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_f16_layout.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai {
@@ -233,6 +234,9 @@ void CudaBackend::Impl::upload_rows(const Weight& w, DeviceWeight& d) {
     if (slice == 0)
       fail("cuda: weight '{}' rows of {} bytes do not fit the upload staging", w.name, dev_stride);
   }
+  // The fp16 GEMM takes a weight only if every scale keeps (c - 1)·d exact in fp16 (checked on
+  // the PQ2_0 rows as staged: 34-byte blocks, fp16 d first); adversarial scales stay on int8.
+  d.f16 = d.tiled && d.groups == 1;
   int s = 0;
   for (int64_t r0 = 0; r0 < w.n; r0 += slice, s ^= 1) {
     const int64_t rows = std::min(slice, w.n - r0);
@@ -246,6 +250,11 @@ void CudaBackend::Impl::upload_rows(const Weight& w, DeviceWeight& d) {
       std::memcpy(host, src, static_cast<size_t>(rows) * src_stride);
     }
     const size_t bytes = static_cast<size_t>(rows) * dev_stride;
+    for (size_t b = 0; d.f16 && b < bytes; b += 34) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, host + b, 2);
+      d.f16 = cuda::f16_scale_ok(bits);
+    }
     if (d.tiled) {
       check(cudaMemcpyAsync(raw_slot[s].get(), host, bytes, cudaMemcpyHostToDevice, stream),
             "cudaMemcpy (weight)");
@@ -332,8 +341,22 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
   int groups = 0;
   int64_t k = 0;
   const DeviceWeight* raw_first = nullptr;
+  bool tiled_f16 = true;  // every weight of the pending tiled launch has fp16-exact scales
   auto flush_tiled = [&] {
     if (tiled.count == 0) return;
+    const bool f16 = tiled_f16;
+    tiled_f16 = true;
+    if (t >= cuda::kGemmMinTokens &&
+        cuda::gemm_f16_launch(tiled, groups, t, m.prop.multiProcessorCount, f16)) {  // BONSAI_CUDA_GEMM=f16
+      const int sms = m.prop.multiProcessorCount;
+      m.halved(x, t, k);
+      m.grow(m.mv_partial, cuda::gemm_tiled_scratch(tiled, t, k, sms) * sizeof(float), "gemm partial sums");
+      cuda::gemm_f16(tiled, m.xh.as<uint8_t>(), m.hscale.as<float>(), t, k, sms, m.mv_partial.as<float>(),
+                     m.stream);
+      check_launch("gemm (f16)");
+      tiled.count = 0;
+      return;
+    }
     m.quantized(x, t, k);
     if (t >= cuda::kGemmMinTokens) {  // prefill: each weight tile decoded once per 64 tokens
       const int sms = m.prop.multiProcessorCount;
@@ -381,6 +404,7 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       groups = d.groups;
       k = d.k;
       tiled.job[tiled.count++] = {d.bytes(), ys[i], static_cast<int>(d.n)};
+      tiled_f16 = tiled_f16 && d.f16;
     } else {
       if (raw.count == cuda::kMaxJobs ||
           (raw.count > 0 &&

@@ -9,6 +9,7 @@
 
 #include "bonsai/error.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tile_layout.h"
 
@@ -59,7 +60,8 @@ struct Growable {
 struct DeviceWeight {
   bool tiled = false;
   cuda::RawType raw = cuda::RawType::F32;
-  int groups = 1;  // tiled: scales per row per 128 columns
+  int groups = 1;    // tiled: scales per row per 128 columns
+  bool f16 = false;  // tiled, 128-column groups, every scale exact in fp16 (cuda::f16_scale_ok)
   int64_t n = 0, k = 0;
   size_t row_bytes = 0;  // raw layout
   DevicePtr mem;
@@ -122,6 +124,10 @@ struct CudaBackend::Impl {
   Growable xq, meta;
   const float* q_src = nullptr;
   int64_t q_rows = 0, q_k = 0;
+  // The fp16 form of the last input of the fp16 GEMM (cuda::act_to_f16), cached the same way.
+  Growable xh, hscale;
+  const float* h_src = nullptr;
+  int64_t h_rows = 0, h_k = 0;
 
   bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
@@ -172,13 +178,19 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  void invalidate_quant() { q_src = nullptr; }
-  // Every op reports what it wrote, so the cached quantization never goes stale.
+  void invalidate_quant() {
+    q_src = nullptr;
+    h_src = nullptr;
+  }
+  // Every op reports what it wrote, so the cached quantizations never go stale.
   void wrote(const void* p, size_t bytes) {
-    if (!q_src) return;
     const auto* a = static_cast<const uint8_t*>(p);
-    const auto* s = reinterpret_cast<const uint8_t*>(q_src);
-    if (a < s + q_rows * q_k * sizeof(float) && s < a + bytes) invalidate_quant();
+    auto overlaps = [&](const float* src, int64_t rows, int64_t k) {
+      const auto* s = reinterpret_cast<const uint8_t*>(src);
+      return src && a < s + rows * k * sizeof(float) && s < a + bytes;
+    };
+    if (overlaps(q_src, q_rows, q_k)) q_src = nullptr;
+    if (overlaps(h_src, h_rows, h_k)) h_src = nullptr;
   }
   void drop_recording() {
     if (exec) cudaGraphExecDestroy(exec);
@@ -209,6 +221,17 @@ struct CudaBackend::Impl {
     q_src = x;
     q_rows = t;
     q_k = k;
+  }
+  // The fp16 form of x [t][k] for the fp16 GEMM, computing it unless it is the cached one.
+  void halved(const float* x, int t, int64_t k) {
+    if (h_src == x && h_rows == t && h_k == k) return;
+    grow(xh, static_cast<size_t>(t) * (k / cuda::kBlockK) * cuda::kActBytes, "fp16 activation buffer");
+    grow(hscale, static_cast<size_t>(t) * sizeof(float), "fp16 activation scales");
+    cuda::act_to_f16(x, xh.as<uint8_t>(), hscale.as<float>(), t, k, stream);
+    check_launch("act_to_f16");
+    h_src = x;
+    h_rows = t;
+    h_k = k;
   }
   void reserve_quant(int64_t rows, int64_t k) {
     grow(xq, static_cast<size_t>(rows) * (k / cuda::kBlockK) * cuda::kActBytes,

@@ -372,6 +372,9 @@ __global__ void gemm_reduce_kernel(TiledJobs jobs, GemmPlan plan, int splits) {
 #include "kernels/cuda/gemm_wgmma.cuh"
 #include "kernels/cuda/gemm_wgmma_tma.cuh"
 
+// (after the producer kernel, whose ring helpers it uses)
+#include "kernels/cuda/gemm_f16.cuh"
+
 namespace bonsai::cuda {
 namespace {
 
@@ -583,7 +586,8 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
 }
 
 GemmKernel gemm_launch_kernel(GemmKernel kernel, int groups, int grid, int sm_count, bool wgmma_ok) {
-  if (kernel != GemmKernel::automatic) return kernel;
+  // f16: the launches gemm_f16_launch leaves to the int8 kernels run as automatic's.
+  if (kernel != GemmKernel::automatic && kernel != GemmKernel::f16) return kernel;
   // A grid of fewer than gemm_wg_min_blocks() blocks per SM (default 1) stays on mma.sync, which
   // runs two blocks per SM against the wgmma kernel's one: with fewer blocks than SMs, the
   // wgmma kernel's k split leaves it slower (docs/performance.md, "Prefill GEMM", round 2).
@@ -615,6 +619,7 @@ int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int s
 void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t, int64_t k,
                 int sm_count, float* partial, cudaStream_t s, GemmKernel kernel, int ranges, int wg_swizzle,
                 int wg_loop, int wg_tokens) {
+  if (kernel == GemmKernel::f16) kernel = GemmKernel::automatic;  // (gemm_f16_launch declined it)
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   const bool occ2 = gemm_occupancy() == 2;
   const bool sw128 = (wg_swizzle ? wg_swizzle : gemm_wg_swizzle()) == 128;
@@ -666,6 +671,58 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
     else
       run_gemm<1, 1, 0>(p, part, x, m, n, kblocks, partial, s);
   }
+}
+
+// ---- The FP16 GEMM (gemm_f16.cuh) ----
+
+void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s) {
+  if (t <= 0) return;
+  launch(act_f16_kernel, t, 256, 0, s, x, xh, tscale, k);
+}
+
+bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, bool all_scales_ok,
+                     GemmKernel kernel) {
+  if (kernel != GemmKernel::f16 || groups != 1 || !all_scales_ok || !gemm_wgmma_available()) return false;
+  // automatic's rule (gemm_launch_kernel): below gemm_wg_min_blocks() blocks per SM, mma.sync.
+  return static_cast<int64_t>(gemm_grid(jobs, t)) >= static_cast<int64_t>(gemm_wg_min_blocks()) * sm_count;
+}
+
+namespace {
+
+template <int NT>
+void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
+                  int kblocks, float* partial, cudaStream_t s) {
+  const int splits = gemm_splits(plan, kblocks);
+  if (splits > 1) plan.partial = partial;
+  const GemmTensorMaps maps = gemm_tensor_maps(xh, nullptr, t, kblocks, 128, NT);
+  CUtensorMap xmap;
+  std::memcpy(&xmap, maps.act, sizeof xmap);
+  using S = GemmSmemF16<NT>;
+  constexpr int smem = S::kBytes + S::kBars + 1024;  // + the mbarriers, alignment
+  static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
+  const dim3 grid(static_cast<unsigned>((t + NT - 1) / NT), static_cast<unsigned>(plan.block_start[kMaxJobs]),
+                  static_cast<unsigned>(splits));
+  cudaFuncSetAttribute(gemm_f16_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_f16_kernel<NT>, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
+  if (splits > 1)
+    launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
+}
+
+}  // namespace
+
+void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
+              float* partial, cudaStream_t s, int ranges, int tokens) {
+  if (t <= 0) return;
+  const int kblocks = static_cast<int>(k / kBlockK);
+  // 128 tokens per block where that grid covers the SMs (gemm_wg_block_tokens), else 64; one
+  // block per SM, so the split plan prices rounds with one slot (as the wgmma producer kernel).
+  if (tokens == 0) tokens = gemm_wg_block_tokens(128, gemm_grid(jobs, t, 128), sm_count);
+  GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, 1, tokens);
+  if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
+  if (tokens == 128)
+    run_gemm_f16<128>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  else
+    run_gemm_f16<64>(p, jobs, xh, tscale, t, kblocks, partial, s);
 }
 
 }  // namespace bonsai::cuda

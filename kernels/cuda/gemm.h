@@ -25,7 +25,10 @@ inline constexpr int kGemmMinTokens = 12;
 // gemm_select.cpp. Read once per process. wgmma: a producer warp feeds the ring with bulk / TMA
 // copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel whose consumer threads issue
 // cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the same k ranges.
-enum class GemmKernel { mma, wgmma, wgmma_cp, automatic };
+// f16 (BONSAI_CUDA_GEMM=f16; compute capability 9.0): launches that gemm_f16_launch accepts run
+// gemm_f16 (fp16 weights and activation, fp32 accumulation: not bit-identical to the others,
+// gemm_f16.cuh), the rest as automatic.
+enum class GemmKernel { mma, wgmma, wgmma_cp, automatic, f16 };
 GemmKernel gemm_kernel();
 // Whether the current device can run the wgmma kernels (compute capability 9.0). Read once.
 bool gemm_wgmma_available();
@@ -69,6 +72,7 @@ struct GemmTensorMaps {
   alignas(64) unsigned char act[128];
   alignas(64) unsigned char meta[128];
 };
+// meta == nullptr: only the activation's map (the fp16 GEMM has no meta).
 GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, int kblocks, int swizzle,
                                 int tokens);
 // The mma.sync kernel's activation staging in shared memory (gemm.cu, kActPitch): 1 (the
@@ -94,5 +98,22 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
                 int ranges = 0, int wg_swizzle = 0, int wg_loop = -1, int wg_tokens = 0);
 // The number of k ranges gemm_tiled splits such a launch into (tests).
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
+
+// ---- The FP16 GEMM (kernels/cuda/gemm_f16.cuh; layouts: gemm_f16_layout.h) ----
+// x [t][k] (k % 128 == 0) -> xh [t][k/128][256 B] (128 fp16 per k-block, permuted), tscale[t] =
+// 2^e (the token's amax·2^-e in [2^14, 2^15)).
+void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s);
+// Whether a launch of these jobs over t tokens runs gemm_f16: BONSAI_CUDA_GEMM=f16 (`kernel`),
+// 128-column groups, every weight's scales exact in fp16 (all_scales_ok: f16_scale_ok at upload),
+// and a grid of at least gemm_wg_min_blocks() 64-token blocks per SM (smaller grids run mma.sync,
+// as automatic does).
+bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, bool all_scales_ok,
+                     GemmKernel kernel = gemm_kernel());
+// y_j = x · W_jᵀ from act_to_f16's output; partial: gemm_tiled_scratch floats (split-K ranges,
+// summed in a fixed order). ranges > 0 (tests): that many k ranges (`partial` must hold ranges x t
+// x Σ n_j floats); tokens (tests): 64 or 128 per block on every launch; 0: 128 where the grid of
+// 128-token blocks covers the SMs, else 64.
+void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
+              float* partial, cudaStream_t s, int ranges = 0, int tokens = 0);
 
 }  // namespace bonsai::cuda

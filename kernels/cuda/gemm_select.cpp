@@ -47,13 +47,16 @@ GemmKernel gemm_kernel() {
     // round 2).
     if (v.empty() || v == "auto") return GemmKernel::automatic;
     if (v == "mma") return GemmKernel::mma;
-    if (v != "wgmma" && v != "wgmma_cp")
-      fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma, wgmma_cp or auto)", v);
+    if (v != "wgmma" && v != "wgmma_cp" && v != "f16")
+      fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma, wgmma_cp, f16 or auto)", v);
     if (!gemm_wgmma_available()) {
       const auto [major, minor] = compute_capability();
-      fail("BONSAI_CUDA_GEMM={}: the device has compute capability {}.{}; the wgmma kernels need 9.0", v,
-           major, minor);
+      fail(
+          "BONSAI_CUDA_GEMM={}: the device has compute capability {}.{}; the wgmma kernels (and f16) need "
+          "9.0",
+          v, major, minor);
     }
+    if (v == "f16") return GemmKernel::f16;
     return v == "wgmma" ? GemmKernel::wgmma : GemmKernel::wgmma_cp;
   }();
   return choice;
@@ -208,6 +211,7 @@ GemmTensorMaps gemm_tensor_maps(const uint8_t* xq, const float4* meta, int t, in
   const auto by = static_cast<uint32_t>(tokens);
   encode_2d(m.act, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kb * kActBytes, rows, static_cast<uint32_t>(swizzle),
             by, swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B, "GEMM activation");
+  if (meta == nullptr) return m;
   encode_2d(m.meta, meta, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, kb * 4, rows, 4, by, CU_TENSOR_MAP_SWIZZLE_NONE,
             "GEMM activation meta");
   return m;

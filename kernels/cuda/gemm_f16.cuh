@@ -1,0 +1,301 @@
+// The prefill GEMM on FP16 wgmma with FP32 accumulation (sm_90a; included by kernels/cuda/gemm.cu
+// after gemm_wgmma_tma.cuh, whose producer / ring machinery it reuses). BONSAI_CUDA_GEMM=f16.
+//
+// Numerics (not the int8 kernels' exact per-block integers): a weight value (c - 1)·d is exactly
+// an fp16 number (c - 1 in {-1, 0, 1, 2}, d fp16 with |d| < 2^15: gemm_f16_layout.h
+// f16_scale_ok; other weights stay on the int8 kernels), so the A fragment carries the scaled
+// weights themselves; the activation enters as fp16, x·2^-e rounded to nearest with a per-token
+// power of two (f16_token_exp: the token's amax in [2^14, 2^15)), and the tensor core
+// accumulates the products in fp32 over the launch's whole k range: no per-k-block flush at all.
+// The epilogue multiplies by 2^e (exact). Error per output: the activation rounding, at most
+// Σ_j |w_j|·(2^-11·|x_j| + 2^-25·2^e), plus the fp32 accumulation (docs/performance.md,
+// "Prefill GEMM", session 6; tests/test_backend_cuda_gemm_f16.cpp derives its tolerance so).
+//
+// Block: 128 weight rows x NT tokens (64 or 128), two consumer warpgroups of 64 rows and a
+// producer warpgroup whose warp 0 feeds a ring of kF16Stages k-blocks: lanes 0-7 one
+// `cp.async.bulk` each of a stored 544-byte chunk (the tiled weight as uploaded), lanes 8-9 one
+// TMA box each of 128 bytes x NT tokens of the fp16 activation with the 128-byte swizzle (a
+// token's k-block is 256 bytes, 128 fp16 columns, as the int8 kernels' hi + lo record: the same
+// tensor map shape, the same wgmma descriptors; region 0 holds permuted columns 0-63, region 1
+// 64-127). No meta: the per-token scale is read once in the epilogue.
+//
+// Consumers, per k-block: wait for the stage, load the lane's 16 code bytes and its two row
+// scales, decode 32 half2 A registers (8 k-steps x 4: shift, mask | 0x64006400 = 1024 + c,
+// HSUB2 1025, HMUL2 d: all exact), issue 8 wgmma m64nNk16 (k-step j: region j >> 2, 32·(j & 3)
+// bytes in). The A registers of k-block i + 1 are decoded into a second set while k-block i's
+// wgmmas run; the wait for them is at the end of the iteration, so no wgmma is in flight across
+// the loop's back edge, and the slot is released right after it.
+#pragma once
+
+#include "kernels/cuda/gemm_f16_layout.h"
+
+namespace bonsai::cuda {
+namespace {
+
+constexpr int kF16Stages = 4;
+
+#if BONSAI_WGMMA
+// d[32] += a (f16, registers) x desc (f16, shared memory, K-major): m64n64k16, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+// d[64] += a (f16, registers) x desc (f16, shared memory, K-major): m64n128k16, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+      "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+      "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+#endif
+
+template <int NT>
+__device__ __forceinline__ void wgmma_f16(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
+#if BONSAI_WGMMA
+  if constexpr (NT == 128)
+    wgmma_m64n128k16_f16(d, a, desc);
+  else
+    wgmma_m64n64k16_f16(d, a, desc);
+#endif
+}
+
+// Two codes (bits 0-1 and 16-17 of v) as the half2 of (c - 1)·d: 1024 + c exactly by the
+// exponent bits of 1024, minus 1025 (exact: integers below 2048), times d (exact: c - 1 is -1,
+// 0, 1 or 2 and |2d| is finite, f16_scale_ok).
+__device__ __forceinline__ uint32_t f16_weight_pair(uint32_t v, __half2 d) {
+  const uint32_t bits = (v & 0x00030003u) | 0x64006400u;
+  const __half2 w = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&bits), __float2half2_rn(1025.0f)), d);
+  return *reinterpret_cast<const uint32_t*>(&w);
+}
+
+// The stages: the activation first (two regions of NT tokens x 128 bytes, 1024-byte aligned for
+// the 128-byte swizzle), then the 8 stored chunks; padded to a multiple of 1024 bytes. Then the
+// full and empty mbarriers.
+template <int NT>
+struct GemmSmemF16 {
+  static constexpr int kCB = kCodeBytes + 32;  // one stored chunk (128-column groups)
+  static constexpr int kW = 8 * kCB;
+  static constexpr int kX = NT * kActBytes;
+  static constexpr int kOffX = 0, kOffW = kX;
+  static constexpr int kStage = (kX + kW + 1023) / 1024 * 1024;
+  static constexpr int kBytes = kF16Stages * kStage;
+  static constexpr int kBars = 16 * kF16Stages;
+};
+
+// xmap: the fp16 activation as bytes [t][kblocks·256] (box 128 x NT, 128-byte swizzle; tokens
+// past t read as zeros); tscale[t]: 2^e per token. Plan, jobs, k ranges and output as
+// gemm_wgmma_tma_kernel (one block per SM).
+template <int NT>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    gemm_f16_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
+                    const float* __restrict__ tscale, int t, int kblocks) {
+#if BONSAI_WGMMA
+  using S = GemmSmemF16<NT>;
+  constexpr int kST = kF16Stages;
+  extern __shared__ __align__(16) uint8_t smem[];
+  pdl_trigger();
+  constexpr int kRA = NT / 2;  // accumulators per thread (64 rows x NT tokens / 128)
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
+            tg = lane & 3;
+  const int tok0 = blockIdx.x * NT;
+  const int rb = blockIdx.y;
+  TiledJob job = jobs.job[0];
+  int tiles = plan.tiles[0], bstart = 0;
+  int64_t out0 = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxJobs; ++i)
+    if (i < jobs.count && rb >= plan.block_start[i]) {
+      job = jobs.job[i];
+      tiles = plan.tiles[i];
+      bstart = plan.block_start[i];
+      out0 = plan.out_start[i];
+    }
+  const int kb0 = blockIdx.z * plan.kb_per_split, kb1 = min(kblocks, kb0 + plan.kb_per_split);
+  const int n = kb1 - kb0;
+  const int tile0 = (rb - bstart) * kBlockTiles;
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem)),
+                 spad = (1024u - (sraw & 1023u)) & 1023u;
+  const uint32_t sbase = sraw + spad;
+  uint8_t* const sm = smem + spad;
+  const uint32_t full0 = sbase + S::kBytes, empty0 = full0 + 8 * kST;
+  if (tid < kST) {
+    mbar_init(full0 + 8 * tid, 1);
+    mbar_init(empty0 + 8 * tid, 8);
+  }
+  fence_mbar_init();
+  __syncthreads();  // the last block-wide barrier: the producer's idle warps exit below
+
+  if (wg == 2) {  // ---- producer (gemm_wgmma_tma_kernel's protocol, without the meta box) ----
+    setmaxnreg_dec<40>();
+    if (w != 0) return;
+    constexpr uint32_t kTx = S::kW + S::kX;
+    const int ti = lane < kBlockTiles && tile0 + lane < tiles ? lane : 0;
+    const uint8_t* wsrc = job.w + static_cast<size_t>(tile0 + ti) * kblocks * S::kCB;
+    auto load_w = [&](int i) {
+      const uint32_t slot = i % kST, bar = full0 + 8 * slot;
+      if (lane == 0) mbar_arrive_expect_tx(bar, kTx);
+      __syncwarp();
+      if (lane < kBlockTiles)
+        bulk_g2s(sbase + slot * S::kStage + S::kOffW + lane * S::kCB,
+                 wsrc + static_cast<size_t>(kb0 + i) * S::kCB, S::kCB, bar);
+    };
+    auto load_x = [&](int i) {
+      const uint32_t slot = i % kST, bar = full0 + 8 * slot;
+      const int r = lane - kBlockTiles;
+      if (r >= 0 && r < 2)
+        tma_g2s_2d(sbase + slot * S::kStage + S::kOffX + r * NT * 128, &xmap, (kb0 + i) * kActBytes + 128 * r,
+                   tok0, bar);
+    };
+    const int first = min(n, kST);
+    for (int i = 0; i < first; ++i) load_w(i);
+    pdl_wait();  // the activation is the previous kernel's output
+    for (int i = 0; i < first; ++i) load_x(i);
+    for (int i = kST; i < n; ++i) {
+      mbar_wait(empty0 + 8 * (i % kST), ((i / kST) - 1) & 1);
+      load_w(i);
+      load_x(i);
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wg owns rows 64·wg.. of the block (tiles 4·wg + w) ----
+  setmaxnreg_inc<232>();
+  // B descriptors as gemm_wgmma_tma_kernel's SWZ = 128 (layout type 1, SBO 1024): k-step j
+  // starts 32·(j & 3) bytes into region j >> 2 (NT·128 bytes per region).
+  static_assert(S::kBytes + S::kBars + 1024 <= (1 << 18) && S::kStage % 16 == 0);
+  const uint32_t dlo0 = (((sbase + S::kOffX) & 0x3FFFFu) >> 4) | (1u << 16);
+  constexpr uint64_t kDescHi = ((1024ull >> 4) | (1ull << 30)) << 32;
+  constexpr uint32_t kRegion = NT * 128 / 16;
+  pdl_wait();  // (the output may still be read by the previous kernel)
+  const int tile = wg * 4 + w;
+  float acc[kRA];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
+#pragma unroll
+  for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
+  uint32_t a[2][8][4];               // A registers of two k-blocks: [set][k-step][register]
+  auto prep = [&](int i, int set) {  // wait for k-block i's stage, decode its A registers
+    const int slot = i % kST;
+    mbar_wait(full0 + 8 * slot, (i / kST) & 1);
+    const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
+    const uint4 cw = *reinterpret_cast<const uint4*>(chunk + lane * 16);
+    const uint32_t sw = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);  // {d(g), d(g + 8)}
+    const __half2 dd = *reinterpret_cast<const __half2*>(&sw);
+    const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};
+    const uint32_t wd[4] = {cw.x, cw.y, cw.z, cw.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        a[set][j][r] = f16_weight_pair(wd[j >> 1] >> f16_code_shift(j, r), d[r & 1]);
+  };
+  auto launch_mma = [&](int i, int set) {
+    wgmma_fence();
+    const uint32_t dlo = dlo0 + (i % kST) * (S::kStage / 16);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      wgmma_f16<NT>(acc, a[set][j], kDescHi | (dlo + (j >> 2) * kRegion + (j & 3) * 2));
+    wgmma_commit();
+  };
+  auto release = [&](int i) {  // k-block i's wgmmas are complete: every read of its stage is done
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kST));
+  };
+  if (n > 0) prep(0, 0);
+  for (int i = 0; i < n; ++i) {
+    launch_mma(i, 0);
+    if (i + 1 < n) prep(i + 1, 1);
+    wgmma_wait<0>();
+    release(i);
+    if (++i >= n) break;
+    launch_mma(i, 1);
+    if (i + 1 < n) prep(i + 1, 0);
+    wgmma_wait<0>();
+    release(i);
+  }
+
+  float* out = job.y;
+  if (gridDim.z > 1) out = plan.partial + blockIdx.z * plan.out_start[kMaxJobs] + out0;
+#pragma unroll
+  for (int q = 0; q < NT / 8; ++q)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int tok = tok0 + 8 * q + 2 * tg + c;
+      if (tok >= t) continue;
+      const float sc = __ldg(tscale + tok);  // 2^e: exact
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = (tile0 + tile) * kTileRows + g + 8 * r;
+        if (row < job.n) out[static_cast<size_t>(tok) * job.n + row] = acc[4 * q + 2 * r + c] * sc;
+      }
+    }
+#else
+  __trap();  // gemm.cu selects this kernel only on compute capability 9.0 (the sm_90a build)
+#endif
+}
+
+// x [t][k] -> xh [t][k/128][128 fp16, permuted by f16_act_index] and tscale[t] = 2^e: one block
+// of 256 threads per token, the token's amax first (f16_token_exp), then each float4 of natural
+// columns 4u..4u+3 of a k-block (m, c = 0,0 / 1,0 / 0,1 / 1,1) as two half2: {x0, x2} at the
+// permuted index of column 4u, {x1, x3} 8 further on.
+__global__ void __launch_bounds__(256) act_f16_kernel(const float* __restrict__ x, uint8_t* __restrict__ xh,
+                                                      float* __restrict__ tscale, int64_t k) {
+  pdl_trigger();
+  pdl_wait();
+  __shared__ float red[8];
+  const int tok = blockIdx.x, tid = threadIdx.x;
+  const float4* row = reinterpret_cast<const float4*>(x + static_cast<size_t>(tok) * k);
+  const int64_t n4 = k / 4;
+  float amax = 0.0f;
+  for (int64_t u = tid; u < n4; u += 256) {
+    const float4 v = row[u];
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  if ((tid & 31) == 0) red[tid >> 5] = amax;
+  __syncthreads();
+  amax = red[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, red[i]);
+  int fe = 0;
+  if (amax > 0.0f && amax <= 3.402823466e38f) frexpf(amax, &fe);
+  const int e = amax > 0.0f && amax <= 3.402823466e38f ? f16_token_exp(fe) : 0;
+  const float down = __int_as_float((127 - e) << 23);  // 2^-e
+  if (tid == 0) tscale[tok] = __int_as_float((127 + e) << 23);
+  __half2* out = reinterpret_cast<__half2*>(xh + static_cast<size_t>(tok) * (k / kBlockK) * kActBytes);
+  for (int64_t u = tid; u < n4; u += 256) {
+    const float4 v = row[u];
+    const int64_t kb = u >> 5;
+    const int p = f16_act_index(static_cast<int>(u & 31) * 4);  // even: a half2 boundary
+    __half2* o = out + kb * 64 + p / 2;
+    o[0] = __floats2half2_rn(v.x * down, v.z * down);
+    o[4] = __floats2half2_rn(v.y * down, v.w * down);
+  }
+}
+
+}  // namespace
+}  // namespace bonsai::cuda

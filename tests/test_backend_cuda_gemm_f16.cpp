@@ -1,0 +1,385 @@
+// The FP16 prefill GEMM (kernels/cuda/gemm_f16.cuh, BONSAI_CUDA_GEMM=f16): its layout algebra on
+// the host (the A fragment decoded from the stored tiled codes against the permuted activation),
+// the fp16-exactness rule for scales, and on a device the kernel against double-precision dot
+// products of the dequantized weights with a tolerance from the error analysis below.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bonsai/formats.h"
+#include "kernels/cuda/gemm_f16_layout.h"
+#include "kernels/cuda/tile_layout.h"
+#include "test_util.h"
+#if BONSAI_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/launch.h"
+#endif
+
+namespace bonsai {
+namespace {
+
+// For every lane, k-step and A register of wgmma m64nNk16 (f16, A in registers: lane 4g + t,
+// a0 = row g, k 2t..2t+1; a1 = row g+8; a2 = row g, k 8+2t..; a3 = row g+8, k 8+2t..; the low
+// half the smaller k), the codes the kernel extracts from the stored chunk ((word >> shift) & 3
+// at bits 0 and 16) are those of the natural columns the permuted activation holds at those k
+// positions. The chunk is written with tile_layout.h's code_pos, independently of the kernel.
+TEST(CudaGemmF16Layout, FragmentCodesMatchPermutedActivation) {
+  std::vector<int> natural(128, -1);  // permuted index -> natural column
+  for (int n = 0; n < 128; ++n) {
+    const int p = cuda::f16_act_index(n);
+    ASSERT_GE(p, 0);
+    ASSERT_LT(p, 128);
+    ASSERT_EQ(natural[p], -1) << "f16_act_index is not a permutation";
+    natural[p] = n;
+  }
+  std::mt19937 rng(11);
+  uint8_t chunk[cuda::kCodeBytes] = {};
+  int codes[16][128];
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 128; ++k) {
+      codes[r][k] = static_cast<int>(rng() & 3);
+      const cuda::CodePos pos = cuda::code_pos(r, k);
+      chunk[pos.byte] |= static_cast<uint8_t>(codes[r][k] << pos.shift);
+    }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < 8; ++j) {
+      uint32_t word = 0;
+      std::memcpy(&word, chunk + 16 * lane + 4 * (j >> 1), 4);
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t v = word >> cuda::f16_code_shift(j, r);
+        for (int c = 0; c < 2; ++c) {
+          const int row = g + 8 * (r & 1), kk = 16 * j + 8 * (r >> 1) + 2 * t + c;
+          ASSERT_EQ(static_cast<int>((v >> (16 * c)) & 3), codes[row][natural[kk]])
+              << "lane " << lane << " k-step " << j << " register " << r << " half " << c;
+        }
+      }
+    }
+  }
+}
+
+// f16_scale_ok over every fp16 bit pattern: true exactly when 2d (and so every (c - 1)·d, c in
+// 0..3) is a finite fp16 equal to the exact product.
+TEST(CudaGemmF16Layout, ScaleRuleIsExactlyTheFp16ExactOnes) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<uint16_t>(b);
+    const float d = fp16_to_f32(bits);
+    bool exact = std::isfinite(d);
+    for (int c = 0; c < 4 && exact; ++c) {
+      const double want = static_cast<double>(c - 1) * d;
+      const float got = fp16_to_f32(f32_to_fp16(static_cast<float>(want)));
+      exact = std::isfinite(got) && static_cast<double>(got) == want;
+    }
+    ASSERT_EQ(cuda::f16_scale_ok(bits), exact) << "bits " << b << " d " << d;
+  }
+}
+
+// The token exponent puts amax·2^-e into [2^14, 2^15) wherever the clamp allows it.
+TEST(CudaGemmF16Layout, TokenExponentPicksTheTopSafeBinade) {
+  for (float amax : {1e-30f, 1e-3f, 0.7f, 1.0f, 16383.9f, 16384.0f, 32767.0f, 32768.0f, 3e7f, 1e30f}) {
+    int fe = 0;
+    std::frexp(amax, &fe);
+    const double scaled = std::ldexp(static_cast<double>(amax), -cuda::f16_token_exp(fe));
+    EXPECT_GE(scaled, 16384.0) << amax;
+    EXPECT_LT(scaled, 32768.0) << amax;
+  }
+  EXPECT_EQ(cuda::f16_token_exp(-200), -120);  // clamped: 2^±e stay normal floats
+  EXPECT_EQ(cuda::f16_token_exp(200), 120);
+}
+
+// gemm_f16_launch declines what the fp16 kernel must not run (host logic, no GPU needed for these).
+#if BONSAI_HAVE_CUDA
+TEST(CudaGemmF16Select, DeclinesOtherKnobsGroupsAndInexactScales) {
+  cuda::TiledJobs jobs;
+  jobs.job[0].n = 100000;
+  jobs.count = 1;
+  EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 1, 512, 132, true, cuda::GemmKernel::automatic));
+  EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 1, 512, 132, true, cuda::GemmKernel::wgmma));
+  EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 2, 512, 132, true, cuda::GemmKernel::f16));
+  EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 1, 512, 132, false, cuda::GemmKernel::f16));
+}
+#endif
+
+}  // namespace
+}  // namespace bonsai
+
+#if BONSAI_HAVE_CUDA
+namespace bonsai {
+namespace {
+
+using testing_util::randn;
+
+// Error bound of one output y = Σ_j w_j x_j of the fp16 GEMM (gemm_f16.cuh):
+// - weights: (c - 1)·d is exact in fp16 (f16_scale_ok);
+// - activation: x_j·2^-e rounded to nearest fp16, the token's amax·2^-e in [2^14, 2^15) (e from
+//   f16_token_exp), so |x̃_j − x_j| <= 2^-11·|x_j| in fp16's normal range and <= 2^-25·2^e (half
+//   the subnormal spacing 2^-24, scaled back) below it: Σ_j |w_j|·(2^-11·|x_j| + 2^-25·2^e);
+// - products: exact in the tensor core (11 x 11 significand bits);
+// - accumulation: fp32 in the tensor core, k/16 steps per k range; its rounding is not specified
+//   (truncation is allowed), so a step is taken to cost up to 4 ulps (2^-21) of the running
+//   Σ|w x̃| (the sum of 16 products aligned to the largest, then added); the split's reduce adds
+//   one rounding (2^-24) per range. Total (k/16 + ranges + 1)·2^-21·Σ|w x|, with 1 % margin for
+//   |x̃| vs |x|.
+double f16_bound(const float* w, const float* x, int64_t k, int ranges) {
+  float amax = 0;
+  for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(x[c]));
+  int fe = 0;
+  if (amax > 0) std::frexp(amax, &fe);
+  const double floor_abs = amax > 0 ? std::ldexp(1.0, cuda::f16_token_exp(fe) - 25) : 0.0;
+  double act = 0, mag = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    act += std::fabs(w[c]) * (std::ldexp(std::fabs(static_cast<double>(x[c])), -11) + floor_abs);
+    mag += std::fabs(static_cast<double>(w[c]) * x[c]);
+  }
+  return 1.01 * (act + (k / 16.0 + ranges + 1) * std::ldexp(mag, -21)) + 1e-37;
+}
+
+class CudaGemmF16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev);
+    if (major != 9 || minor != 0) GTEST_SKIP() << "the fp16 GEMM needs compute capability 9.0";
+  }
+  void* dalloc(size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    mem_.push_back(p);
+    return p;
+  }
+  void TearDown() override {
+    for (void* p : mem_) cudaFree(p);
+  }
+  int sms_ = 0;
+  std::vector<void*> mem_;
+};
+
+// Adversarial and random inputs: codes 0..3 (code 3 = 2d), zero scales, scales from fp16
+// subnormals to just under 2^15, partial tiles and row blocks, several weights per launch, odd
+// token counts and partial token blocks, 64 and 128 tokens per block, one k range and several;
+// tokens of very different magnitudes (1e-40 is a float subnormal: the exponent clamp), an
+// all-zero token and a token with one large element among tiny ones (fp16 subnormals).
+TEST_F(CudaGemmF16, MatchesDoubleReference) {
+  struct Case {
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+  };
+  const Case cases[] = {
+      {{77}, 384, {12, 13, 64, 77, 130}}, {{200}, 2048, {12, 130}}, {{300, 33, 1000}, 5120, {29, 130}}};
+  int checked = 0;
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / 128;
+    const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
+    cuda::TiledJobs jobs;
+    std::vector<std::vector<float>> dense;
+    std::mt19937 rng(static_cast<uint32_t>(k));
+    for (const int64_t n : cs.ns) {
+      std::vector<uint8_t> raw(stride * n);
+      for (auto& b : raw) b = static_cast<uint8_t>(rng());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < kb; ++b) {
+          const int kind = static_cast<int>((r * 5 + b) % 9);
+          float d = std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -8 + static_cast<int>(rng() % 4));
+          if (kind == 0) d = 0.0f;
+          if (kind == 1) d = -d;
+          if (kind == 2) d = std::ldexp(1.0f + (rng() % 1000) / 1000.0f, 14) * 0.999f;  // < 2^15
+          if (kind == 3) d = std::ldexp(1.0f, -20);                                     // fp16 subnormal
+          const uint16_t h = f32_to_fp16(d);
+          ASSERT_TRUE(cuda::f16_scale_ok(h));
+          std::memcpy(raw.data() + r * stride + b * 34, &h, 2);
+        }
+      dense.emplace_back(static_cast<size_t>(n * k));
+      for (int64_t r = 0; r < n; ++r)
+        dequantize_row(DType::PQ2_0, raw.data() + r * stride, dense.back().data() + r * k, k);
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      auto* tiled = static_cast<uint8_t*>(dalloc(static_cast<size_t>(cuda::tiled_bytes(n, k, 1))));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      cuda::repack_tiled(draw, stride, n, k, 1, tiled, nullptr);
+      jobs.job[jobs.count].w = tiled;
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+    }
+    int64_t rows = 0;
+    for (int j = 0; j < jobs.count; ++j) rows += jobs.job[j].n;
+    for (const int t : cs.ts) {
+      auto x = randn(static_cast<size_t>(t) * k, 9 + t, 1.0f);
+      const float mags[] = {1.0f, 1e-3f, 1e3f, 1e-30f, 1e20f, 1e-40f, 0.0f, 1.0f};
+      for (int i = 0; i < t; ++i)
+        for (int64_t c = 0; c < k; ++c) {
+          float& v = x[static_cast<size_t>(i) * k + c];
+          v *= mags[i % 8];
+          if (i % 8 == 7) v = c == 5 ? 3e4f : v * 1e-6f;  // one large element, the rest tiny
+        }
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      auto* ts = static_cast<float*>(dalloc(static_cast<size_t>(t) * 4));
+      cuda::act_to_f16(dx, xh, ts, t, k, nullptr);
+      constexpr int kRanges = 3;
+      const size_t scratch = std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms_),
+                                              static_cast<size_t>(kRanges) * t * rows);
+      auto* partial = static_cast<float*>(dalloc(scratch * 4));
+      for (const int tokens : {64, 128})
+        for (const int ranges : {0, kRanges}) {
+          cuda::TiledJobs run = jobs;
+          for (int j = 0; j < jobs.count; ++j) {
+            run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+            cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+          }
+          cuda::gemm_f16(run, xh, ts, t, k, sms_, partial, nullptr, ranges, tokens);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          // (ranges 0: the plan's split, at most kb/4 ranges)
+          const int nr = ranges ? ranges : static_cast<int>(kb / 4 + 1);
+          for (int j = 0; j < jobs.count; ++j) {
+            const int64_t n = jobs.job[j].n;
+            std::vector<float> y(static_cast<size_t>(t) * n);
+            cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
+            for (int i = 0; i < t; ++i)
+              for (int64_t r = 0; r < n; r += (n > 300 ? 7 : 1)) {
+                const float* wr = dense[j].data() + r * k;
+                const float* xi = x.data() + static_cast<size_t>(i) * k;
+                double exact = 0;
+                for (int64_t c = 0; c < k; ++c) exact += static_cast<double>(wr[c]) * xi[c];
+                ASSERT_NEAR(y[i * n + r], exact, f16_bound(wr, xi, k, nr))
+                    << "k " << k << " t " << t << " tokens " << tokens << " ranges " << ranges << " job " << j
+                    << " token " << i << " row " << r;
+                ++checked;
+              }
+          }
+        }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Through the backend on a grid large enough for the fp16 kernel (8448 rows x 130 tokens: 198
+// blocks of 64 tokens on 132 SMs): under BONSAI_CUDA_GEMM=f16 within f16_bound (the launch's
+// plan: at most k/512 + 1 ranges), else the int8 kernels within theirs. Two launches on the same
+// input (the cached fp16 activation) and one after the input changed (the cache invalidated).
+TEST_F(CudaGemmF16, BackendLaunchMatchesReference) {
+  CudaBackend be(0);
+  const int64_t n = 8448, k = 384;
+  const int t = 130;
+  const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
+  std::vector<uint8_t> raw(stride * n);
+  std::mt19937 rng(6);
+  for (auto& b : raw) b = static_cast<uint8_t>(rng());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < k / 128; ++b) {
+      const uint16_t h = f32_to_fp16((r + b) % 7 == 0 ? 0.0f : 0.001f * (1 + (r * 13 + b) % 50));
+      std::memcpy(raw.data() + r * stride + b * 34, &h, 2);
+    }
+  std::vector<float> dense(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    dequantize_row(DType::PQ2_0, raw.data() + r * stride, dense.data() + r * k, k);
+  Weight w;
+  w.name = "f16 backend test weight";
+  w.type = DType::PQ2_0;
+  w.n = n;
+  w.k = k;
+  w.data = raw.data();
+  w.nbytes = raw.size();
+  be.prepare(w);
+  const bool f16 = cuda::gemm_kernel() == cuda::GemmKernel::f16;
+  float* dx = be.alloc(static_cast<size_t>(t) * k);
+  float* dy = be.alloc(static_cast<size_t>(t) * n);
+  for (int round = 0; round < 3; ++round) {
+    const auto x = randn(static_cast<size_t>(t) * k, round < 2 ? 3 : 4, 2.0f);
+    if (round != 1) be.from_host(dx, x.data(), x.size());
+    be.matmul(w, dx, dy, t);
+    std::vector<float> y(static_cast<size_t>(t) * n);
+    be.to_host(y.data(), dy, y.size());
+    for (int i = 0; i < t; i += 5)
+      for (int64_t r = i % 11; r < n; r += 97) {
+        const float* wr = dense.data() + r * k;
+        const float* xi = x.data() + static_cast<size_t>(i) * k;
+        double exact = 0, b = 0;
+        for (int64_t c0 = 0; c0 < k; c0 += 128) {  // the int8 kernels' bound (test_backend_cuda_gemm.cpp)
+          float amax = 0;
+          for (int64_t c = c0; c < c0 + 128; ++c) amax = std::max(amax, std::fabs(xi[c]));
+          for (int64_t c = c0; c < c0 + 128; ++c) {
+            exact += static_cast<double>(wr[c]) * xi[c];
+            b += std::fabs(wr[c]) * (amax / 32639.0) / 2 + 4e-7 * 8 * std::fabs(wr[c] * xi[c]);
+          }
+        }
+        const double tol = f16 ? f16_bound(wr, xi, k, static_cast<int>(k / 512 + 1)) : 1.01 * b + 1e-30;
+        ASSERT_NEAR(y[i * n + r], exact, tol) << "round " << round << " token " << i << " row " << r;
+      }
+  }
+  be.release(dx);
+  be.release(dy);
+  be.unprepare(w);
+}
+
+// Through the backend: a weight with a scale whose double overflows fp16 (2^15) is never given to
+// the fp16 kernel (CudaBackend's upload check), so under BONSAI_CUDA_GEMM=f16 too its launch is
+// exact to the int8 kernels' bound (and finite); a grid large enough for the fp16 kernel (8448 rows
+// x 130 tokens: 198 blocks of 64 tokens on 132 SMs). Without the knob this is the default path.
+TEST_F(CudaGemmF16, OverflowingScalesStayOnTheInt8Kernels) {
+  CudaBackend be(0);
+  const int64_t n = 8448, k = 384;
+  const int t = 130;
+  const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
+  std::vector<uint8_t> raw(stride * n);
+  std::mt19937 rng(5);
+  for (auto& b : raw) b = static_cast<uint8_t>(rng());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t b = 0; b < k / 128; ++b) {
+      const uint16_t h = f32_to_fp16(r == 4000 && b == 1 ? 32768.0f : 0.01f);
+      std::memcpy(raw.data() + r * stride + b * 34, &h, 2);
+    }
+  std::vector<float> dense(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    dequantize_row(DType::PQ2_0, raw.data() + r * stride, dense.data() + r * k, k);
+  Weight w;
+  w.name = "f16 overflow test weight";
+  w.type = DType::PQ2_0;
+  w.n = n;
+  w.k = k;
+  w.data = raw.data();
+  w.nbytes = raw.size();
+  be.prepare(w);
+  const auto x = randn(static_cast<size_t>(t) * k, 3, 1.0f);
+  float* dx = be.alloc(x.size());
+  be.from_host(dx, x.data(), x.size());
+  float* dy = be.alloc(static_cast<size_t>(t) * n);
+  be.matmul(w, dx, dy, t);
+  std::vector<float> y(static_cast<size_t>(t) * n);
+  be.to_host(y.data(), dy, y.size());
+  for (int i = 0; i < t; i += 3)
+    for (int64_t r : {int64_t{0}, int64_t{3999}, int64_t{4000}, int64_t{4001}, n - 1}) {
+      double exact = 0, b = 0;
+      for (int64_t c0 = 0; c0 < k; c0 += 128) {  // the int8 kernels' bound (test_backend_cuda_gemm.cpp)
+        float amax = 0;
+        for (int64_t c = c0; c < c0 + 128; ++c) amax = std::max(amax, std::fabs(x[i * k + c]));
+        for (int64_t c = c0; c < c0 + 128; ++c) {
+          exact += static_cast<double>(dense[r * k + c]) * x[i * k + c];
+          b += std::fabs(dense[r * k + c]) * (amax / 32639.0) / 2 +
+               4e-7 * 8 * std::fabs(dense[r * k + c] * x[i * k + c]);
+        }
+      }
+      ASSERT_TRUE(std::isfinite(y[i * n + r])) << "token " << i << " row " << r;
+      ASSERT_NEAR(y[i * n + r], exact, 1.01 * b + 1e-30) << "token " << i << " row " << r;
+    }
+  be.release(dx);
+  be.release(dy);
+  be.unprepare(w);
+}
+
+}  // namespace
+}  // namespace bonsai
+#endif
