@@ -41,6 +41,10 @@ bool env_flag(const char* name, bool fallback) {
 // Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
 void CudaBackend::Impl::flush() {
   Pending& p = pend;
+  if (p.mv) {
+    p.mv = false;
+    matvec(p.mv_jobs, p.mv_groups, p.mv_xq, p.mv_meta, p.mv_t, p.mv_k, cuda::matvec_fixup(), nullptr);
+  }
   if (!p.gates && !p.rec) return;
   const bool fusable = p.rec && p.f.d_k % 32 == 0 && p.f.d_v % 32 == 0 && (p.f.d_k / 32) * p.f.d_v <= 512;
   if (p.gates && !(p.rec && fusable)) {
@@ -85,6 +89,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
          device, m.prop.name, m.prop.major, m.prop.minor);
   m.mv_evict = env_flag("BONSAI_CUDA_MV_EVICT", m.mv_evict);
   m.gdn_stream = env_flag("BONSAI_CUDA_GDN_STREAM", m.gdn_stream);
+  if (const char* e = std::getenv("BONSAI_CUDA_MV_DEFER"); e && *e) {
+    const std::string_view v(e);
+    if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_MV_DEFER='{}': expected 0, 1 or 2", v);
+    m.mv_defer = v[0] - '0';
+  }
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -102,6 +111,10 @@ size_t CudaBackend::device_bytes() const { return impl_->weight_bytes + impl_->b
 void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream) {
   impl_->mv_evict = matvec_evict_first;
   impl_->gdn_stream = gdn_state_stream;
+}
+void CudaBackend::set_matvec_defer(int mode) {
+  impl_->flush();
+  impl_->mv_defer = mode;
 }
 
 // ---- memory ------------------------------------------------------------------------
@@ -368,26 +381,19 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       tiled.count = 0;
       return;
     }
-    const int sms = m.prop.multiProcessorCount;
-    size_t partial = 0, counters = 0;
-    cuda::matvec_tiled_scratch(tiled, t, k, sms, &partial, &counters);
-    m.grow(m.mv_partial, partial * sizeof(float), "matvec partial sums");
-    if (counters * sizeof(int) > m.mv_counters.bytes) {
-      m.grow(m.mv_counters, counters * sizeof(int), "matvec counters");
-      check(cudaMemsetAsync(m.mv_counters.mem.get(), 0, m.mv_counters.bytes, m.stream), "cudaMemsetAsync");
+    if (m.mv_defer != 0 && ws.size() == 1 && cuda::matvec_kernel() != cuda::MatvecKernel::legacy) {
+      // Held back: its consumer may be a residual site that adds the split sums itself.
+      Impl::Pending& p = m.pend;
+      p.mv = true;
+      p.mv_jobs = tiled;
+      p.mv_groups = groups;
+      p.mv_t = t;
+      p.mv_k = k;
+      p.mv_xq = m.xq.as<uint8_t>();
+      p.mv_meta = m.meta.as<float4>();
+    } else {
+      m.matvec(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, cuda::matvec_fixup(), nullptr);
     }
-    float* slots = nullptr;  // the flag-free fix-up's scratch of empty words, when it is chosen
-    if (cuda::matvec_fixup() == cuda::MatvecFixup::slots) {
-      if (partial * sizeof(float) > m.mv_slots.bytes) {
-        m.grow(m.mv_slots, partial * sizeof(float), "matvec fix-up slots");
-        check(cudaMemsetAsync(m.mv_slots.mem.get(), 0xff, m.mv_slots.bytes, m.stream), "cudaMemsetAsync");
-      }
-      slots = m.mv_slots.as<float>();
-    }
-    cuda::matvec_tiled(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, sms,
-                       m.mv_partial.as<float>(), m.mv_counters.as<int>(), m.stream, m.mv_evict,
-                       cuda::matvec_kernel(), cuda::matvec_fixup(), slots);
-    check_launch("matvec (tiled)");
     tiled.count = 0;
   };
   auto flush_raw = [&] {
@@ -417,6 +423,32 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
   flush_tiled();
   flush_raw();
   for (size_t i = 0; i < ws.size(); ++i) m.wrote(ys[i], static_cast<size_t>(t) * ws[i]->n * sizeof(float));
+}
+
+cuda::MatvecFixup CudaBackend::Impl::matvec(const cuda::TiledJobs& jobs, int groups, const uint8_t* act,
+                                            const float4* act_meta, int t, int64_t k, cuda::MatvecFixup fixup,
+                                            cuda::SplitSums* split) {
+  const int sms = prop.multiProcessorCount;
+  size_t partial = 0, n_counters = 0;
+  cuda::matvec_tiled_scratch(jobs, t, k, sms, &partial, &n_counters);
+  grow(mv_partial, partial * sizeof(float), "matvec partial sums");
+  if (n_counters * sizeof(int) > mv_counters.bytes) {
+    grow(mv_counters, n_counters * sizeof(int), "matvec counters");
+    check(cudaMemsetAsync(mv_counters.mem.get(), 0, mv_counters.bytes, stream), "cudaMemsetAsync");
+  }
+  float* slots = nullptr;  // the flag-free fix-up's scratch of empty words, when it is chosen
+  if (fixup == cuda::MatvecFixup::slots) {
+    if (partial * sizeof(float) > mv_slots.bytes) {
+      grow(mv_slots, partial * sizeof(float), "matvec fix-up slots");
+      check(cudaMemsetAsync(mv_slots.mem.get(), 0xff, mv_slots.bytes, stream), "cudaMemsetAsync");
+    }
+    slots = mv_slots.as<float>();
+  }
+  const cuda::MatvecFixup used =
+      cuda::matvec_tiled(jobs, groups, act, act_meta, t, k, sms, mv_partial.as<float>(),
+                         mv_counters.as<int>(), stream, mv_evict, cuda::matvec_kernel(), fixup, slots, split);
+  check_launch("matvec (tiled)");
+  return used;
 }
 
 void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
@@ -465,15 +497,40 @@ void CudaBackend::take_part(const float* x, float* y, int64_t rows, int parts, i
 void CudaBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
                                      const float* signs, int64_t block, float* normed, float* rotated,
                                      int64_t rows, int64_t n, float eps) {
-  impl_->flush();
   Impl& m = *impl_;
+  const bool usual = block > 0 && block <= 4096 && n % block == 0 && block % cuda::kBlockK == 0;
+  // delta the held-back matvec's y: launched with its split sums left to this site (or to a
+  // standalone sum kernel right before it, BONSAI_CUDA_MV_DEFER=2, or where the site's cluster
+  // launch does not apply). Its slots stay intact until the site has read them: the next
+  // kernel that writes mv_partial is a matvec or GEMM, and they write it only after their
+  // griddepcontrol.wait, i.e. after this site's grid has completed.
+  Impl::Pending& pm = m.pend;
+  cuda::SplitSums split;
+  bool deferred = false;
+  if (usual && pm.mv && delta == pm.mv_jobs.job[0].y && rows == pm.mv_t && n == pm.mv_jobs.job[0].n) {
+    pm.mv = false;
+    deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
+                        cuda::MatvecFixup::defer, &split) == cuda::MatvecFixup::defer;
+  }
+  m.flush();
   // unrotated or unusual: the composed ops
-  if (block <= 0 || block > 4096 || n % block || block % cuda::kBlockK)
+  if (!usual)
     return Backend::residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps);
   m.reserve_quant(rows, n);
-  cuda::residual_norm_site(x, delta, x_out, m.dev(gain).f32(), signs, block, normed, rotated, rows, n, eps,
-                           m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
-  check_launch("residual_norm_site");
+  bool done = false;
+  if (deferred && m.mv_defer == 1) {
+    done = cuda::residual_norm_site_split(x, split, x_out, m.dev(gain).f32(), signs, block, normed, rotated,
+                                          rows, n, eps, m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
+    if (!done) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+  }
+  if (deferred && !done) {
+    cuda::matvec_split_sum(split, m.stream);
+    check_launch("matvec split sum");
+  }
+  if (!done)
+    cuda::residual_norm_site(x, delta, x_out, m.dev(gain).f32(), signs, block, normed, rotated, rows, n, eps,
+                             m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
+  check_launch(done ? "residual_norm_site (split sums)" : "residual_norm_site");
   for (const float* p : {static_cast<const float*>(x_out), static_cast<const float*>(normed),
                          static_cast<const float*>(rotated)})
     m.wrote(p, static_cast<size_t>(rows * n) * sizeof(float));

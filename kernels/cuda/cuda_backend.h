@@ -89,6 +89,9 @@ class CudaBackend : public Backend {
   // weight loads with an L2 evict-first policy (default: BONSAI_CUDA_MV_EVICT, else on), the
   // GDN site's state loads and stores streaming (BONSAI_CUDA_GDN_STREAM, else on).
   void set_cache_hints(bool matvec_evict_first, bool gdn_state_stream);
+  // How a lone matvec feeding residual_norm_site is summed (default: BONSAI_CUDA_MV_DEFER,
+  // else 1): 0 its own fix-up, 1 the site adds the split sums, 2 a standalone sum kernel.
+  void set_matvec_defer(int mode);
 
  private:
   struct Impl;

@@ -104,6 +104,11 @@ constexpr int kDecodeSplits = 32;  // attention splits of a (recordable) single-
 // activations, states and partial sums the site kernels read next (docs/performance.md).
 constexpr bool kMatvecEvictFirst = true;
 constexpr bool kGdnStateStream = true;  // default of BONSAI_CUDA_GDN_STREAM (cuda::GdnFused::state_stream)
+// Default of BONSAI_CUDA_MV_DEFER: how a lone matvec whose output feeds residual_norm_site is
+// summed (cuda::SplitSums): 0 by its own fix-up (cuda::matvec_fixup()); 1 by the site, which
+// adds the slots while it loads them (cuda::residual_norm_site_split); 2 by a standalone sum
+// kernel (cuda::matvec_split_sum) before the site. docs/performance.md, "Split-K fix-up".
+constexpr int kMatvecDefer = 1;
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
@@ -131,6 +136,7 @@ struct CudaBackend::Impl {
 
   bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
+  int mv_defer = kMatvecDefer;        // BONSAI_CUDA_MV_DEFER
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   // The flag-free split fix-up's slots (BONSAI_CUDA_MV_FIXUP=slots; cuda::matvec_tiled): every
@@ -161,8 +167,22 @@ struct CudaBackend::Impl {
     const float *z = nullptr, *norm_w = nullptr;
     float* norm_y = nullptr;
     float norm_eps = 0.0f;
+    // A lone ternary matvec (one job, t < kGemmMinTokens) held back until the next op: a
+    // residual_norm_site whose delta is its y launches it deferred and adds its slots itself
+    // (mv_defer); any other op launches it first, as it would have been launched. Never
+    // pending together with the GDN ops above (each side flushes the other first).
+    bool mv = false;
+    cuda::TiledJobs mv_jobs;
+    int mv_groups = 0, mv_t = 0;
+    int64_t mv_k = 0;
+    const uint8_t* mv_xq = nullptr;
+    const float4* mv_meta = nullptr;
   } pend;
   void flush();
+  // The ternary matvec launch (scratch grown here); returns the fix-up used (split: defer).
+  cuda::MatvecFixup matvec(const cuda::TiledJobs& jobs, int groups, const uint8_t* act,
+                           const float4* act_meta, int t, int64_t k, cuda::MatvecFixup fixup,
+                           cuda::SplitSums* split);
 
   bool capturing = false, warm = false;
   // Recording a decode step (begin_capture .. end_capture): each GDN layer's site runs once

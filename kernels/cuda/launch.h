@@ -59,8 +59,25 @@ int matvec_ws_variant();
 // slots only where every block of the launch is resident at once (one wave, t <= 4);
 // elsewhere, and in the legacy kernel, last. BONSAI_CUDA_MV_FIXUP=first|last|slots (any other
 // value is an error); read once per process.
-enum class MatvecFixup { last, first, slots };
+// defer (never chosen by BONSAI_CUDA_MV_FIXUP; matvec_tiled with a SplitSums, bulk and ws
+// kernels): no fix-up at all, the consumer adds the slots (SplitSums).
+enum class MatvecFixup { last, first, slots, defer };
 MatvecFixup matvec_fixup();
+// A matvec output y [t][n] left unsummed (MatvecFixup::defer): every warp stored its share of
+// a row group split between warps into slot `rank` of `partial` and went on (no counter, no
+// wait), and the groups one warp covered whole were written to y directly. Element (token,
+// row) of global row group gpair = pair0 + row / 64 is, with p_lo = gpair·kblocks, the ranks
+// first = p_lo / per_warp .. last = (p_lo + kblocks - 1) / per_warp (nr = last - first + 1):
+// nr == 1: y itself; else slots 0..nr-1 added in rank order starting from 0.0f (the same floats
+// as finish_pair's fix-ups), slot r at partial[((token / 4)·pairs + gpair)·slots + r] of
+// [4 tokens][64 rows] floats (kernels/cuda/split_sums.cuh). Valid until the next matvec writes
+// `partial` (only after its griddepcontrol.wait, i.e. after the consumer has completed).
+struct SplitSums {
+  const float* partial = nullptr;
+  float* y = nullptr;  // [t][n]: where the sums belong
+  int t = 0, n = 0;
+  int per_warp = 0, kblocks = 0, pairs = 0, slots = 0, pair0 = 0;  // the launch's plan (StreamPlan)
+};
 // evict_first: the Hopper paths' weight copies carry an L2 evict-first policy (each weight
 // byte is read once per launch), as the register-staged path's __ldcs loads do; the results
 // do not depend on it. kernel, fixup: matvec_kernel(), matvec_fixup() unless a test compares
@@ -68,10 +85,16 @@ MatvecFixup matvec_fixup();
 // are all 0xFFFFFFFF before the launch (a byte memset of 0xFF) and that the launch leaves so;
 // never share it with anything else (partial may be shared: its contents do not matter).
 // Without it (nullptr) fixup slots runs first. Returns the fix-up the launch uses.
+// fixup defer needs `split` and one job (else first runs); where it is used (the returned
+// fix-up), *split describes the unsummed y: add it with matvec_split_sum or a consumer that
+// reads SplitSums (residual_norm_site_split) before anything else reads y.
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
-                         MatvecFixup fixup = matvec_fixup(), float* slots = nullptr);
+                         MatvecFixup fixup = matvec_fixup(), float* slots = nullptr,
+                         SplitSums* split = nullptr);
+// y of a deferred matvec: the split groups' slots added into y (kernels/cuda/split_sums.cu).
+void matvec_split_sum(const SplitSums& y, cudaStream_t s);
 // Device check of the flag-free fix-up's sentinel (tests): for i < n, out[3i..3i+2] = the
 // sm_90 FADD, FMUL and FFMA (round to nearest, no flush) of a[i], b[i] (and c[i]).
 void fp_ops_probe(const float* a, const float* b, const float* c, float* out, int n, cudaStream_t s);
@@ -109,6 +132,15 @@ void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int
 // output is also quantized for matvec_tiled, saving the separate quantize launch.
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
               bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
+
+// residual_norm_site with delta the unsummed output of a deferred matvec (delta.t == rows,
+// delta.n == n): the same floats, and delta.y written too. A cluster of the row's n / block
+// blocks (n / block <= 8, compute capability 9.x) shares the summed x + delta through
+// distributed shared memory. Returns false (launching nothing) where that does not apply (also
+// blocks whose threads the kernel's registers do not allow: block > 1024 at sm_90a).
+bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_out, const float* gain,
+                              const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s);
 
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,

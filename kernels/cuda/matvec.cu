@@ -469,12 +469,14 @@ MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs,
   if (fixup == MatvecFixup::slots && slots == nullptr) fixup = MatvecFixup::first;
   int code = fixup == MatvecFixup::slots   ? kFixupSlots
              : fixup == MatvecFixup::first ? kFixupFirst
+             : fixup == MatvecFixup::defer ? kFixupDefer
                                            : kFixupLast;
   // The flag-free fix-up's slots live in the sentinel scratch; the others use `partial`.
   auto scratch = [&] { return code == kFixupSlots ? slots : partial; };
   auto used = [&] {
     return code == kFixupSlots   ? MatvecFixup::slots
            : code == kFixupFirst ? MatvecFixup::first
+           : code == kFixupDefer ? MatvecFixup::defer
                                  : MatvecFixup::last;
   };
   if (kernel == MatvecKernel::ws) {
@@ -489,7 +491,8 @@ MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs,
     const size_t smem = static_cast<size_t>(kWarps) * p.ring * kWarpTiles * chunk_bytes(G);
     auto* k = evict_first ? matvec_bulk_kernel<G, true> : matvec_bulk_kernel<G, false>;
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (code != kFixupLast && !first_sums_safe(k, grid, kWarps * 32, smem)) code = kFixupLast;
+    if ((code == kFixupFirst || code == kFixupSlots) && !first_sums_safe(k, grid, kWarps * 32, smem))
+      code = kFixupLast;
     launch(k, grid, kWarps * 32, smem, s, jobs, p, xq, meta, t, kblocks, scratch(), counters, code);
     return used();
   }
@@ -534,15 +537,29 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
-                         bool evict_first, MatvecKernel kernel, MatvecFixup fixup, float* slots) {
+                         bool evict_first, MatvecKernel kernel, MatvecFixup fixup, float* slots,
+                         SplitSums* split) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
-  if (groups == 2)
-    return launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
-                            fixup, slots);
-  return launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s, evict_first, kernel,
-                          fixup, slots);
+  if (fixup == MatvecFixup::defer && (split == nullptr || jobs.count != 1)) fixup = MatvecFixup::first;
+  const MatvecFixup used = groups == 2 ? launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial,
+                                                          counters, s, evict_first, kernel, fixup, slots)
+                                       : launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial,
+                                                          counters, s, evict_first, kernel, fixup, slots);
+  if (used == MatvecFixup::defer) {
+    SplitSums& o = *split;
+    o.partial = partial;
+    o.y = jobs.job[0].y;
+    o.t = t;
+    o.n = jobs.job[0].n;
+    o.per_warp = p.per_warp;
+    o.kblocks = kblocks;
+    o.pairs = p.pairs;
+    o.slots = p.slots;
+    o.pair0 = p.pair_start[0];
+  }
+  return used;
 }
 
 int matvec_ws_ring(int groups, int t, int64_t k) {

@@ -93,7 +93,7 @@ __device__ __forceinline__ void st_relaxed(float* p, float v) {
 }
 
 // The split fix-up a launch of the bulk / ws kernel runs (finish_pair's `fixup`).
-inline constexpr int kFixupLast = 0, kFixupFirst = 1, kFixupSlots = 2;
+inline constexpr int kFixupLast = 0, kFixupFirst = 1, kFixupSlots = 2, kFixupDefer = 3;
 // An empty slot word of the flag-free fix-up: 0xFFFFFFFF, a NaN that no FP arithmetic of sm_70+
 // returns (FADD / FMUL / FFMA give the canonical NaN 0x7FFFFFFF for NaN results, whatever the
 // NaN inputs; CudaMatvecKernels.FixupsMatchBitwise checks that on the device), so a sum that
@@ -136,6 +136,10 @@ __device__ __forceinline__ float await_slot(const float* p, float v) {
 //     griddepcontrol.wait, i.e. after this grid has completed and its memory is flushed (as
 //     for the counters). A sum that is NaN (a NaN or Inf input) is the canonical NaN, never
 //     kSlotEmpty. Rank 0's own slot is read by its own lanes after the warp barrier.
+//   deferred (kFixupDefer): every rank, 0 included, stores its slot ([4 tokens][64 rows], not
+//     the others' [64 rows][4 tokens]: the consumer reads a token's rows contiguously) and
+//     goes on: no fence, no counter, no wait. The consumer, which runs after this grid has
+//     completed, adds the slots (launch.h, SplitSums).
 //   first-rank and flag-free: rank 0's range *ends* in the group's first k-blocks, so it
 //     meets the group last in its life, while ranks > 0 meet it first in theirs: the wait is
 //     usually short. But rank 0 spins on warps of later blocks, so the launch must have every
@@ -171,6 +175,12 @@ __device__ __forceinline__ void finish_pair(float (&acc)[kWarpTiles][2], const T
   int* counter = counters + static_cast<size_t>(blockIdx.y) * plan.pairs + gpair;
   const int nr = last - first + 1, rank = gw - first;
   constexpr int S = kPairRows * kTok;  // floats per slot
+  if (fixup == kFixupDefer) {
+    if (tig < ntok)
+#pragma unroll
+      for (int i = 0; i < 2 * kWarpTiles; ++i) slots[rank * S + tig * kPairRows + row_of(i)] = v[i];
+    return;
+  }
   if (fixup == kFixupSlots) {
     if (rank > 0) {
       if (tig < ntok)

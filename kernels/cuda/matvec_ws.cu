@@ -296,7 +296,9 @@ __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
         pair0 = plan.pair_start[i];
       }
     finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters,
-                kSlots ? kFixupSlots : fixup & kFixupFirst);
+                kSlots                 ? kFixupSlots
+                : fixup == kFixupDefer ? kFixupDefer
+                                       : fixup & kFixupFirst);
     kb = 0;
     ++gpair;
   }
@@ -362,7 +364,8 @@ bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJob
   const int threads = (kWarps + (flags & kTwoProducers ? 2 : 1)) * 32;
   auto* kernel = pick(fixup == kFixupSlots);
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (fixup != kFixupLast && !first_sums_safe(kernel, grid, threads, smem)) {
+  // The deferred fix-up waits for nothing: any grid may take it.
+  if ((fixup == kFixupFirst || fixup == kFixupSlots) && !first_sums_safe(kernel, grid, threads, smem)) {
     fixup = kFixupLast;
     kernel = pick(false);
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));

@@ -2,9 +2,12 @@
 // output for the ternary matvec in the same pass).
 #include <algorithm>
 
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/split_sums.cuh"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai::cuda {
@@ -217,6 +220,97 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
                    meta + (row + col) / kBlockK);
 }
 
+// residual_norm_kernel with delta the unsummed output of a deferred matvec (launch.h,
+// SplitSums). Grid (rows, nb = n / block) in clusters of (1, nb): block b adds only its own
+// float4 of x + delta (its Hadamard block's columns: nr slot loads per float4 instead of the
+// whole row), writes the summed delta to delta.y, keeps x + delta in shared memory, and after a
+// cluster barrier reads the row's other float4s from the other blocks' shared memory, so that
+// thread i forms Σx² over Hadamard blocks 0, 1, ... at float4 i with the same expression as
+// residual_norm_kernel's loop, then block_sum: the same floats. The rest is residual_norm_kernel.
+__global__ void residual_norm_split_kernel(const float* x, SplitSums delta, float* x_out,
+                                           const float* __restrict__ gain, const float* __restrict__ signs,
+                                           float* __restrict__ normed, float* __restrict__ rotated, int n,
+                                           int block, float eps, uint8_t* __restrict__ xq,
+                                           float4* __restrict__ meta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float buf[];  // [2 · block] the FWHT's buffers, [block] this block's x + delta
+  pdl_trigger();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
+  const int own = blockIdx.y, nb = static_cast<int>(gridDim.y);
+  const int i = 4 * threadIdx.x, col = own * block + i;
+  const float4 gn = ld4(gain + col);  // weights: not written by any kernel
+  const float4 sg = signs ? ld4(signs + col) : make_float4(1, 1, 1, 1);
+  pdl_wait();  // the matvec's slots (and x, written before it)
+  float4 v = ld4(x + row + col);
+  bool split = false;
+  const float4 d = split::load4(delta, static_cast<int>(blockIdx.x), col, &split);
+  v = make_float4(v.x + d.x, v.y + d.y, v.z + d.z, v.w + d.w);
+  float* sum_s = buf + 2 * block;
+  st4(sum_s + i, v);
+  if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's x + delta is in its shared memory
+  float ss = 0.0f;
+  for (int r = 0; r < nb; ++r) {  // the cluster's rank r is the row's Hadamard block r
+    const float4 w = ld4(cluster.map_shared_rank(sum_s, r) + i);
+    // Spelled out: residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w`
+    // compiles to this contraction (x·x rounded, then three FMAs, then the add; its PTX), but
+    // the same expression here was contracted from y·y instead: other floats.
+    ss = __fadd_rn(ss, __fmaf_rn(w.w, w.w, __fmaf_rn(w.z, w.z, __fmaf_rn(w.y, w.y, __fmul_rn(w.x, w.x)))));
+  }
+  // Done reading the other blocks' shared memory; the matching wait below, before the block
+  // exits, keeps each block's memory alive until every block of the cluster has read it.
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  st4(x_out + row + col, v);
+  ss = block_sum(ss);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  const float4 nv =
+      make_float4(v.x * scale * gn.x, v.y * scale * gn.y, v.z * scale * gn.z, v.w * scale * gn.w);
+  st4(normed + row + col, nv);
+  const float4 o =
+      scale4(fwht_regs(signs ? mul4(nv, sg) : nv, buf, block), 1.0f / sqrtf(static_cast<float>(block)));
+  st4(rotated + row + col, o);
+  if (xq)
+    quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((row + col) / kBlockK) * kActBytes),
+                   meta + (row + col) / kBlockK);
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();  // launched only on compute capability 9.x (residual_norm_site_split)
+#endif
+}
+
+// launch() with a cluster shape as well.
+template <class... KArgs, class... Args>
+cudaError_t launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
+                           cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster.x;
+  attr[1].val.clusterDim.y = cluster.y;
+  attr[1].val.clusterDim.z = cluster.z;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+bool clusters_available() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9;  // the sm_90a build; other devices run the PTX, whose kernel is a stub
+  }();
+  return ok;
+}
+
 }  // namespace
 
 void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps,
@@ -249,6 +343,32 @@ void residual_norm_site(const float* x, const float* delta, float* x_out, const 
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n / block));
   launch(residual_norm_kernel, grid, static_cast<unsigned>(block / 4), 2 * block * sizeof(float), s, x, delta,
          x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq, meta);
+}
+
+}  // namespace bonsai::cuda
+
+namespace bonsai::cuda {
+
+bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_out, const float* gain,
+                              const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s) {
+  if (block < 128 || block > 4096 || block % kBlockK || n % block || n / block > 8 || delta.t != rows ||
+      delta.n != n || !clusters_available())
+    return false;
+  // The slot loads in flight take registers (168 at sm_90a): blocks of 1024 columns (256
+  // threads) fit, the largest ones may not.
+  static const int max_threads = [] {
+    cudaFuncAttributes fa{};
+    const bool ok = cudaFuncGetAttributes(&fa, residual_norm_split_kernel) == cudaSuccess;
+    cudaGetLastError();  // a failed query is not an error of the next launch
+    return ok ? fa.maxThreadsPerBlock : 0;
+  }();
+  if (block / 4 > max_threads) return false;
+  const unsigned nb = static_cast<unsigned>(n / block);
+  const dim3 grid(static_cast<unsigned>(rows), nb);
+  return launch_cluster(residual_norm_split_kernel, grid, static_cast<unsigned>(block / 4), dim3(1, nb, 1),
+                        3 * block * sizeof(float), s, x, delta, x_out, gain, signs, normed, rotated,
+                        static_cast<int>(n), static_cast<int>(block), eps, xq, meta) == cudaSuccess;
 }
 
 }  // namespace bonsai::cuda
