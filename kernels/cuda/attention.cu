@@ -283,27 +283,24 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev) 
     p.k_cache[pos * kv + static_cast<int64_t>(h) * d + e] = y;
 }
 
-// BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
-// but the group read at run time (A/B); unset: the group at compile time where it is 6.
-int attention_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("BONSAI_CUDA_ATTN");
-    return e ? std::atoi(e) : 2;
-  }();
-  return mode;
-}
-
 }  // namespace
 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                const float* gate, int64_t gate_stride, cudaStream_t s) {
   const dim3 grid(n_head_kv, splits, t);
+  // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
+  // but the group read at run time (A/B); else the group at compile time where it is 6.
   const int mode = attention_mode();
   auto kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
   if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
   launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
          head_dim, scale);
+  attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
+}
+
+void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim, const float* gate,
+                     int64_t gate_stride, cudaStream_t s) {
   launch(splits == 32 ? attention_merge_kernel<32> : attention_merge_kernel<0>,
          static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part, out, splits, head_dim,
          gate, gate_stride);

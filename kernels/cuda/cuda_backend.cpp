@@ -578,12 +578,28 @@ void CudaBackend::attention(const float* q, const float* k_cache, const float* v
   impl_->attention(q, k_cache, v_cache, out, t, pos0, s, nullptr, 0);
 }
 
+bool CudaBackend::attention_on_tensor_cores(int t, const AttentionShape& s) {
+  return cuda::attention_mma_fits(nullptr, nullptr, nullptr, t, s.n_head, s.n_head_kv, s.head_dim);
+}
+
 void CudaBackend::Impl::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
                                   int t, int pos0, const AttentionShape& s, const float* gate,
                                   int64_t gate_stride) {
   if (s.head_dim % 32 || s.head_dim > 256 || s.n_head % s.n_head_kv || s.n_head / s.n_head_kv > 8)
     fail("cuda: attention with {} heads, {} KV heads and head_dim {} is not supported", s.n_head, s.n_head_kv,
          s.head_dim);
+  // A prefill batch on the tensor cores (kernels/cuda/attention_mma.cu; not while recording).
+  if (pos_dev() == nullptr &&
+      cuda::attention_mma_fits(q, k_cache, v_cache, t, s.n_head, s.n_head_kv, s.head_dim)) {
+    const int splits = cuda::attention_mma_splits(t, pos0, s.n_head, s.n_head_kv, prop.multiProcessorCount);
+    grow(part, cuda::attention_mma_scratch(t, pos0, s.n_head, s.n_head_kv, s.head_dim, splits),
+         "attention partials");
+    cuda::attention_mma(q, k_cache, v_cache, out, part.as<void>(), t, pos0, splits, s.n_head, s.n_head_kv,
+                        s.head_dim, s.scale, gate, gate_stride, stream);
+    check_launch("attention (tensor cores)");
+    wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+    return;
+  }
   // One token (a recordable decode step): a fixed split count, so the launch does not depend
   // on the position. Batches: enough blocks to fill the device.
   int splits = kDecodeSplits;

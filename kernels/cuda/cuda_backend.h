@@ -92,6 +92,9 @@ class CudaBackend : public Backend {
   // How a lone matvec feeding residual_norm_site is summed (default: BONSAI_CUDA_MV_DEFER,
   // else 1): 0 its own fix-up, 1 the site adds the split sums, 2 a standalone sum kernel.
   void set_matvec_defer(int mode);
+  // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
+  // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.
+  static bool attention_on_tensor_cores(int t, const AttentionShape& s);
 
  private:
   struct Impl;

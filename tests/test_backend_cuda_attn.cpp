@@ -1,0 +1,136 @@
+// The tensor-core prefill attention (kernels/cuda/attention_mma.cu, BONSAI_CUDA_ATTN=3|4) against
+// a double-precision reference on the kernel's own fp16-rounded q, k and v. Needs a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bonsai/formats.h"
+#include "kernels/backend.h"
+#if BONSAI_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+#include "test_util.h"
+
+#if BONSAI_HAVE_CUDA
+namespace bonsai {
+namespace {
+
+using testing_util::randn;
+
+float round_half(float x) { return fp16_to_f32(f32_to_fp16(x)); }
+
+// Error bound per output (token i, head h, dim e), from the operand rounding the reference does
+// not share. With q, k, v rounded like the kernel's, what remains is
+//  (1) the fp32 scores: a D-term dot accumulated in fp32 on the tensor cores (truncating adds
+//      allowed), |δs| <= D·2^-23·A with A = scale·Σ|q̃_e k̃_e| (largest over the positions);
+//  (2) the softmax weights p rounded to fp16 for P·V (relative u = 2^-11, and absolute 2^-25
+//      below 2^-14) while the sum l takes them unrounded;
+//  (3) O accumulated in fp32 over n positions (and rescaled once per KV tile): within
+//      n·2^-23·max_j |ṽ_je|.
+// Each unnormalized weight is then off by a factor within exp(±δs)·(1 ± u), i.e. relative
+// η = 2δs + u after normalization by the max score's own error, so the normalized weights move
+// by at most 2η + u in sum, and o_e = Σ w_j ṽ_je by at most that times max_j |ṽ_je|; the
+// subnormal weights add n·2^-25·max_j |ṽ_je| / l (l >= 1), and (3) n·2^-23·max_j |ṽ_je|.
+struct RefRow {
+  std::vector<double> o;    // [D]
+  std::vector<double> tol;  // [D]
+};
+
+RefRow reference_row(const std::vector<float>& q, const std::vector<float>& kc, const std::vector<float>& vc,
+                     int i, int h, int pos0, const AttentionShape& s) {
+  const int d = s.head_dim, g = s.n_head / s.n_head_kv, hk = h / g, n = pos0 + i + 1;
+  const int64_t kv = static_cast<int64_t>(s.n_head_kv) * d;
+  const float* qh = q.data() + (static_cast<int64_t>(i) * s.n_head + h) * d;
+  std::vector<double> sc(n);
+  double mx = -INFINITY, a_max = 0;
+  for (int p = 0; p < n; ++p) {
+    const float* kp = kc.data() + p * kv + hk * d;
+    double dot = 0, a = 0;
+    for (int e = 0; e < d; ++e) {
+      dot += double(qh[e]) * kp[e];
+      a += std::fabs(double(qh[e]) * kp[e]);
+    }
+    sc[p] = dot * s.scale;
+    a_max = std::max(a_max, a * s.scale);
+    mx = std::max(mx, sc[p]);
+  }
+  double sum = 0;
+  for (int p = 0; p < n; ++p) sum += sc[p] = std::exp(sc[p] - mx);
+  const double u = std::ldexp(1.0, -11), ds = d * std::ldexp(1.0, -23) * a_max, eta = 2 * ds + u;
+  RefRow r{std::vector<double>(d, 0.0), std::vector<double>(d, 0.0)};
+  for (int p = 0; p < n; ++p) {
+    const float* vp = vc.data() + p * kv + hk * d;
+    for (int e = 0; e < d; ++e) {
+      r.o[e] += sc[p] / sum * vp[e];
+      r.tol[e] = std::max(r.tol[e], std::fabs(double(vp[e])));
+    }
+  }
+  for (int e = 0; e < d; ++e) r.tol[e] *= 2 * eta + u + n * (std::ldexp(1.0, -25) + std::ldexp(1.0, -23));
+  return r;
+}
+
+TEST(CudaAttentionMma, MatchesFp16OperandReference) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  struct Case {
+    int n_head, n_head_kv, head_dim, t, pos0;
+    float q_std;
+    const char* what;
+  };
+  int ran = 0;
+  for (const Case& cs : {
+           Case{24, 4, 256, 8, 0, 2.0f, "27B heads, the smallest batch: row 0 sees one position"},
+           Case{24, 4, 256, 12, 0, 2.0f, "27B, one partial token tile"},
+           Case{24, 4, 256, 300, 0, 2.0f, "27B, 300 tokens: 19 token tiles, the last partial"},
+           Case{24, 4, 256, 37, 211, 2.0f, "27B after 211 cached positions: partial KV tiles, 2 splits"},
+           Case{24, 4, 256, 40, 890, 2.0f, "27B after 890: 7 splits of which 2 are empty"},
+           Case{24, 4, 256, 64, 200, 40.0f, "large score range (scores ~ ±40): nearly one-hot rows"},
+           Case{4, 1, 256, 130, 0, 2.0f, "the small fixture's heads (4 per KV head)"},
+           Case{2, 1, 128, 100, 5, 2.0f, "the tiny fixture's heads (head_dim 128)"},
+           Case{16, 2, 128, 50, 77, 2.0f, "8 query heads per KV head"},
+       }) {
+    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
+    if (!CudaBackend::attention_on_tensor_cores(cs.t, s)) continue;  // BONSAI_CUDA_ATTN=0..2
+    ++ran;
+    const int n_ctx = cs.pos0 + cs.t + 5;
+    const size_t kv = static_cast<size_t>(n_ctx) * cs.n_head_kv * cs.head_dim;
+    auto q = randn(static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim, 191, cs.q_std);
+    auto kc = randn(kv, 192), vc = randn(kv, 193);
+    float *dq = be.alloc(q.size()), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(q.size());
+    be.from_host(dq, q.data(), q.size());
+    be.from_host(dk, kc.data(), kv);
+    be.from_host(dv, vc.data(), kv);
+    be.attention(dq, dk, dv, out, cs.t, cs.pos0, s);
+    std::vector<float> got(q.size());
+    be.to_host(got.data(), out, got.size());
+    for (auto* v : {&q, &kc, &vc})
+      for (float& x : *v) x = round_half(x);
+    double worst = 0;  // largest error / bound
+    int bad = 0;
+    for (int i = 0; i < cs.t; ++i)
+      for (int h = 0; h < cs.n_head; ++h) {
+        const RefRow r = reference_row(q, kc, vc, i, h, cs.pos0, s);
+        for (int e = 0; e < cs.head_dim; ++e) {
+          const float y = got[(static_cast<size_t>(i) * cs.n_head + h) * cs.head_dim + e];
+          const double err = std::fabs(y - r.o[e]);
+          worst = std::max(worst, err / r.tol[e]);
+          if (!(err <= r.tol[e]) && bad++ < 5)
+            ADD_FAILURE() << cs.what << ": token " << i << " head " << h << " dim " << e << ": " << y
+                          << " vs " << r.o[e] << " (bound " << r.tol[e] << ")";
+        }
+      }
+    EXPECT_EQ(bad, 0) << cs.what;
+    std::printf("%s: largest error %.3g of the bound\n", cs.what, worst);
+    for (float* p : {dq, dk, dv, out}) be.release(p);
+  }
+  if (ran == 0) GTEST_SKIP() << "BONSAI_CUDA_ATTN selects the fp32 split kernel for every batch";
+}
+
+}  // namespace
+}  // namespace bonsai
+#endif  // BONSAI_HAVE_CUDA
