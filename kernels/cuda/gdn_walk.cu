@@ -7,7 +7,8 @@
 // Two kernels with the same arithmetic per state column (bit-identical results):
 //  - gdn_walk_token_kernel, one token at a time: every thread loads and gates each token
 //    itself and forms k·q over its rows (the same value in every column).
-//  - gdn_walk_chunk_kernel (default): the inputs of 32 tokens at a time copied into shared
+//  - gdn_walk_chunk_kernel (default; BONSAI_CUDA_WALK=3/4: the WY form, gdn_chunked.cu):
+//    the inputs of 32 tokens at a time copied into shared
 //    memory by cp.async one chunk ahead; per chunk the block forms each token's gates and k·q
 //    partials once; q and k read as 16-byte broadcasts. Per token and thread: 32 FMULs (the
 //    decay), 96 FFMAs (s'k, s'q, the update), 24 16-byte shared loads, one barrier.
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -373,12 +375,22 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
          static_cast<unsigned>(p.d_k), smem, s, p, c);
 }
 
-// BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread
-// (default), 2 with two. Read once per process.
+// BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
+// two, 3 the chunked (WY) form with one column per thread, 4 with two (kernels/cuda/gdn_chunked.cu);
+// unset or empty: the default (kWalkDefault). Anything else is an error. Read once per process.
+constexpr int kWalkDefault = 1;
+// The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
+constexpr int kWyMinTokens = 32;
+
 int walk_kernel_env() {
   static const int k = [] {
     const char* e = std::getenv("BONSAI_CUDA_WALK");
-    return e && e[0] >= '0' && e[0] <= '2' ? e[0] - '0' : 1;
+    if (!e || !*e) return -1;
+    if (e[0] >= '0' && e[0] <= '4' && e[1] == 0) return e[0] - '0';
+    fail(
+        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3 or 4 (token walk, chunked walk with 1 or 2 columns "
+        "per thread, WY form with 1 or 2)",
+        e);
   }();
   return k;
 }
@@ -386,7 +398,14 @@ int walk_kernel_env() {
 }  // namespace
 
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel) {
-  if (kernel < 0) kernel = walk_kernel_env();
+  if (kernel < 0) {
+    kernel = walk_kernel_env();
+    if (kernel < 0) kernel = p.t >= kWyMinTokens ? kWalkDefault : 1;
+  }
+  if (kernel >= 3) {
+    if (gdn_walk_wy_supported(p, kernel - 2)) return gdn_walk_wy(p, s, kernel - 2);
+    kernel = 1;
+  }
   // cp.async needs 16-byte aligned rows (d_k, d_v multiples of 32 keep the offsets aligned)
   if (reinterpret_cast<uintptr_t>(p.conv) % 16 != 0) kernel = 0;
   if (kernel == 0) {

@@ -270,8 +270,13 @@ void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_
 void gdn_walk(const GdnFused& p, cudaStream_t s);
 // kernel: 0 one token at a time, 1 chunks of tokens staged in shared memory (one column per
 // thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
-// (kernels/cuda/gdn_walk.cu). The two-argument form: BONSAI_CUDA_WALK, default 1.
+// (kernels/cuda/gdn_walk.cu). 3 / 4: the chunked (WY) form with one / two columns per thread
+// (kernels/cuda/gdn_chunked.cu; equal up to summation order; 1 where gdn_walk_wy_supported is
+// false). The two-argument form: BONSAI_CUDA_WALK, default 1 (the WY form is slower so far).
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
+// The WY form with cpt (1 or 2) columns per thread: d_k in {32, 64, 128, 256}, 16-byte aligned conv.
+bool gdn_walk_wy_supported(const GdnFused& p, int cpt);
+void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cpt);
 
 // ---- the head's candidates ---------------------------------------------------------------
 // Backend::top_k on the device: the k best of x [n] (1 <= k <= min(n, kMaxTopK)) into out,
