@@ -1,4 +1,5 @@
-// The FP16 prefill GEMM (kernels/cuda/gemm_f16.cuh, BONSAI_CUDA_GEMM=f16): its layout algebra on
+// The FP16 prefill GEMM (kernels/cuda/gemm_f16.cuh; the default on compute capability 9.0,
+// BONSAI_CUDA_GEMM=f16): its layout algebra on
 // the host (the A fragment decoded from the stored tiled codes against the permuted activation),
 // the fp16-exactness rule for scales, and on a device the kernel against double-precision dot
 // products of the dequantized weights with a tolerance from the error analysis below.
@@ -121,25 +122,36 @@ using testing_util::randn;
 // - weights: (c - 1)·d is exact in fp16 (f16_scale_ok);
 // - activation: x_j·2^-e rounded to nearest fp16, the token's amax·2^-e in [2^14, 2^15) (e from
 //   f16_token_exp), so |x̃_j − x_j| <= 2^-11·|x_j| in fp16's normal range and <= 2^-25·2^e (half
-//   the subnormal spacing 2^-24, scaled back) below it: Σ_j |w_j|·(2^-11·|x_j| + 2^-25·2^e);
+//   the subnormal spacing 2^-24, scaled back) below it: Σ_j |w_j|·(2^-11·|x_j| + 2^-25·2^e). Two
+//   terms (hi + lo, lo = fp16 of the exact residual, |residual| <= 2^-11·|hi|): 2^-22·|x_j| in
+//   place of 2^-11·|x_j| (the floor is the same);
 // - products: exact in the tensor core (11 x 11 significand bits);
-// - accumulation: fp32 in the tensor core, k/16 steps per k range; its rounding is not specified
-//   (truncation is allowed), so a step is taken to cost up to 4 ulps (2^-21) of the running
-//   Σ|w x̃| (the sum of 16 products aligned to the largest, then added); the split's reduce adds
-//   one rounding (2^-24) per range. Total (k/16 + ranges + 1)·2^-21·Σ|w x|, with 1 % margin for
-//   |x̃| vs |x|.
-double f16_bound(const float* w, const float* x, int64_t k, int ranges) {
+// - accumulation: fp32 in the tensor core, k/16 steps per term and k range; its rounding is not
+//   specified (truncation is allowed), so a step is taken to cost up to 4 ulps (2^-21) of the
+//   running Σ|w x̃| (the sum of 16 products aligned to the largest, then added); the split's
+//   reduce adds one rounding (2^-24) per range. Total (terms·k/16 + ranges + 1)·2^-21·Σ|w x|,
+//   with 1 % margin for |x̃| vs |x|.
+struct F16Bound {
+  double act1 = 0, act2 = 0, mag = 0;  // Σ|w|(2^-11|x| + floor), Σ|w|(2^-22|x| + floor), Σ|w x|
+  double tol(int64_t k, int terms, int ranges) const {
+    return 1.01 * ((terms == 2 ? act2 : act1) + (terms * k / 16.0 + ranges + 1) * std::ldexp(mag, -21)) +
+           1e-37;
+  }
+};
+F16Bound f16_bound(const float* w, const float* x, int64_t k) {
   float amax = 0;
   for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(x[c]));
   int fe = 0;
   if (amax > 0) std::frexp(amax, &fe);
   const double floor_abs = amax > 0 ? std::ldexp(1.0, cuda::f16_token_exp(fe) - 25) : 0.0;
-  double act = 0, mag = 0;
+  F16Bound b;
   for (int64_t c = 0; c < k; ++c) {
-    act += std::fabs(w[c]) * (std::ldexp(std::fabs(static_cast<double>(x[c])), -11) + floor_abs);
-    mag += std::fabs(static_cast<double>(w[c]) * x[c]);
+    const double ax = std::fabs(static_cast<double>(x[c])), aw = std::fabs(w[c]);
+    b.act1 += aw * (ax * 0x1p-11 + floor_abs);
+    b.act2 += aw * (ax * 0x1p-22 + floor_abs);
+    b.mag += aw * ax;
   }
-  return 1.01 * (act + (k / 16.0 + ranges + 1) * std::ldexp(mag, -21)) + 1e-37;
+  return b;
 }
 
 class CudaGemmF16 : public ::testing::Test {
@@ -181,6 +193,7 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
   const Case cases[] = {
       {{77}, 384, {12, 13, 64, 77, 130}}, {{200}, 2048, {12, 130}}, {{300, 33, 1000}, 5120, {29, 130}}};
   int checked = 0;
+  double sq[2] = {0, 0};  // Σ ((y − exact) / Σ|w x|)², one term and two
   for (const Case& cs : cases) {
     const int64_t k = cs.k, kb = k / 128;
     const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
@@ -224,51 +237,77 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
           v *= mags[i % 8];
           if (i % 8 == 7) v = c == 5 ? 3e4f : v * 1e-6f;  // one large element, the rest tiny
         }
+      // The reference and the bound's sums of the outputs checked (every row of small weights,
+      // every 7th of large ones), once for all variants.
+      std::vector<std::vector<double>> exact(jobs.count);
+      std::vector<std::vector<F16Bound>> bounds(jobs.count);
+      auto step = [&](int j) { return jobs.job[j].n > 300 ? 7 : 1; };
+      for (int j = 0; j < jobs.count; ++j)
+        for (int i = 0; i < t; ++i)
+          for (int64_t r = 0; r < jobs.job[j].n; r += step(j)) {
+            const float* wr = dense[j].data() + r * k;
+            const float* xi = x.data() + static_cast<size_t>(i) * k;
+            double e = 0;
+            for (int64_t c = 0; c < k; ++c) e += static_cast<double>(wr[c]) * xi[c];
+            exact[j].push_back(e);
+            bounds[j].push_back(f16_bound(wr, xi, k));
+          }
       auto* dx = static_cast<float*>(dalloc(x.size() * 4));
       cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-      auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
       auto* ts = static_cast<float*>(dalloc(static_cast<size_t>(t) * 4));
-      cuda::act_to_f16(dx, xh, ts, t, k, nullptr);
       constexpr int kRanges = 3;
       const size_t scratch = std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms_),
                                               static_cast<size_t>(kRanges) * t * rows);
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
-      for (const int tokens : {64, 128})
-        for (const int ranges : {0, kRanges}) {
-          cuda::TiledJobs run = jobs;
-          for (int j = 0; j < jobs.count; ++j) {
-            run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
-            cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
-          }
-          cuda::gemm_f16(run, xh, ts, t, k, sms_, partial, nullptr, ranges, tokens);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          // (ranges 0: the plan's split, at most kb/4 ranges)
-          const int nr = ranges ? ranges : static_cast<int>(kb / 4 + 1);
-          for (int j = 0; j < jobs.count; ++j) {
-            const int64_t n = jobs.job[j].n;
-            std::vector<float> y(static_cast<size_t>(t) * n);
-            cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
-            for (int i = 0; i < t; ++i)
-              for (int64_t r = 0; r < n; r += (n > 300 ? 7 : 1)) {
-                const float* wr = dense[j].data() + r * k;
-                const float* xi = x.data() + static_cast<size_t>(i) * k;
-                double exact = 0;
-                for (int64_t c = 0; c < k; ++c) exact += static_cast<double>(wr[c]) * xi[c];
-                ASSERT_NEAR(y[i * n + r], exact, f16_bound(wr, xi, k, nr))
-                    << "k " << k << " t " << t << " tokens " << tokens << " ranges " << ranges << " job " << j
-                    << " token " << i << " row " << r;
-                ++checked;
+      for (const int terms : {1, 2}) {
+        auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes * terms));
+        cuda::act_to_f16(dx, xh, ts, t, k, nullptr, terms);
+        for (const int tokens : {64, 128})
+          for (const int ranges : {0, kRanges})
+            for (const int pipe : {0, 1}) {
+              if (pipe == 1 && terms == 2) continue;  // (two terms run 0)
+              cuda::TiledJobs run = jobs;
+              for (int j = 0; j < jobs.count; ++j) {
+                run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+                cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
               }
-          }
-        }
+              cuda::gemm_f16(run, xh, ts, t, k, sms_, partial, nullptr, ranges, tokens, terms, pipe);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              // (ranges 0: the plan's split, at most kb/4 ranges)
+              const int nr = ranges ? ranges : static_cast<int>(kb / 4 + 1);
+              for (int j = 0; j < jobs.count; ++j) {
+                const int64_t n = jobs.job[j].n;
+                std::vector<float> y(static_cast<size_t>(t) * n);
+                cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
+                size_t o = 0;
+                for (int i = 0; i < t; ++i)
+                  for (int64_t r = 0; r < n; r += step(j), ++o) {
+                    const double got = y[i * n + r], want = exact[j][o];
+                    ASSERT_NEAR(got, want, bounds[j][o].tol(k, terms, nr))
+                        << "k " << k << " t " << t << " terms " << terms << " pipe " << pipe << " tokens "
+                        << tokens << " ranges " << ranges << " job " << j << " token " << i << " row " << r;
+                    const F16Bound& bd = bounds[j][o];
+                    if (pipe == 0 && bd.mag > 0 && bd.act2 < bd.act1 / 64)  // (not where the floor dominates)
+                      sq[terms - 1] += std::pow((got - want) / bd.mag, 2);
+                    ++checked;
+                  }
+              }
+            }
+      }
     }
   }
   EXPECT_GT(checked, 0);
+  // Two terms cut the activation's rounding error by 2^11 (above), far below the accumulation's
+  // (where fp16's subnormal floor does not dominate, the same in both):
+  // their squared relative errors must sum to well under the one-term ones (a lo term that were
+  // lost, misplaced or permuted wrongly would leave them at the one-term level or above).
+  EXPECT_LT(sq[1], sq[0] / 16) << sq[0] << " " << sq[1];
 }
 
 // Through the backend on a grid large enough for the fp16 kernel (8448 rows x 130 tokens: 198
-// blocks of 64 tokens on 132 SMs): under BONSAI_CUDA_GEMM=f16 within f16_bound (the launch's
-// plan: at most k/512 + 1 ranges), else the int8 kernels within theirs. Two launches on the same
+// blocks of 64 tokens on 132 SMs): with the fp16 GEMM (the default on compute capability 9.0,
+// BONSAI_CUDA_GEMM=f16) within f16_bound (the launch's plan: at most k/512 + 1 ranges; the terms
+// of BONSAI_CUDA_GEMM_F16_TERMS), else the int8 kernels within theirs. Two launches on the same
 // input (the cached fp16 activation) and one after the input changed (the cache invalidated).
 TEST_F(CudaGemmF16, BackendLaunchMatchesReference) {
   CudaBackend be(0);
@@ -294,7 +333,7 @@ TEST_F(CudaGemmF16, BackendLaunchMatchesReference) {
   w.data = raw.data();
   w.nbytes = raw.size();
   be.prepare(w);
-  const bool f16 = cuda::gemm_kernel() == cuda::GemmKernel::f16;
+  const bool f16 = cuda::gemm_kernel() == cuda::GemmKernel::f16;  // (the default on 9.0)
   float* dx = be.alloc(static_cast<size_t>(t) * k);
   float* dy = be.alloc(static_cast<size_t>(t) * n);
   for (int round = 0; round < 3; ++round) {
@@ -316,7 +355,9 @@ TEST_F(CudaGemmF16, BackendLaunchMatchesReference) {
             b += std::fabs(wr[c]) * (amax / 32639.0) / 2 + 4e-7 * 8 * std::fabs(wr[c] * xi[c]);
           }
         }
-        const double tol = f16 ? f16_bound(wr, xi, k, static_cast<int>(k / 512 + 1)) : 1.01 * b + 1e-30;
+        const double tol =
+            f16 ? f16_bound(wr, xi, k).tol(k, cuda::gemm_f16_terms(), static_cast<int>(k / 512 + 1))
+                : 1.01 * b + 1e-30;
         ASSERT_NEAR(y[i * n + r], exact, tol) << "round " << round << " token " << i << " row " << r;
       }
   }
@@ -326,9 +367,10 @@ TEST_F(CudaGemmF16, BackendLaunchMatchesReference) {
 }
 
 // Through the backend: a weight with a scale whose double overflows fp16 (2^15) is never given to
-// the fp16 kernel (CudaBackend's upload check), so under BONSAI_CUDA_GEMM=f16 too its launch is
+// the fp16 kernel (CudaBackend's upload check), so with the fp16 GEMM chosen too its launch is
 // exact to the int8 kernels' bound (and finite); a grid large enough for the fp16 kernel (8448 rows
-// x 130 tokens: 198 blocks of 64 tokens on 132 SMs). Without the knob this is the default path.
+// x 130 tokens: 198 blocks of 64 tokens on 132 SMs). (BONSAI_CUDA_GEMM=auto or mma: the int8
+// kernels anyway.)
 TEST_F(CudaGemmF16, OverflowingScalesStayOnTheInt8Kernels) {
   CudaBackend be(0);
   const int64_t n = 8448, k = 384;

@@ -245,9 +245,11 @@ struct CudaBackend::Impl {
   // The fp16 form of x [t][k] for the fp16 GEMM, computing it unless it is the cached one.
   void halved(const float* x, int t, int64_t k) {
     if (h_src == x && h_rows == t && h_k == k) return;
-    grow(xh, static_cast<size_t>(t) * (k / cuda::kBlockK) * cuda::kActBytes, "fp16 activation buffer");
+    const int terms = cuda::gemm_f16_terms();
+    grow(xh, static_cast<size_t>(t) * (k / cuda::kBlockK) * cuda::kActBytes * terms,
+         "fp16 activation buffer");
     grow(hscale, static_cast<size_t>(t) * sizeof(float), "fp16 activation scales");
-    cuda::act_to_f16(x, xh.as<uint8_t>(), hscale.as<float>(), t, k, stream);
+    cuda::act_to_f16(x, xh.as<uint8_t>(), hscale.as<float>(), t, k, stream, terms);
     check_launch("act_to_f16");
     h_src = x;
     h_rows = t;

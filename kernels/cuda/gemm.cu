@@ -675,9 +675,12 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
 
 // ---- The FP16 GEMM (gemm_f16.cuh) ----
 
-void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s) {
+void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s, int terms) {
   if (t <= 0) return;
-  launch(act_f16_kernel, t, 256, 0, s, x, xh, tscale, k);
+  if (terms == 2)
+    launch(act_f16_kernel<2>, t, 256, 0, s, x, xh, tscale, k);
+  else
+    launch(act_f16_kernel<1>, t, 256, 0, s, x, xh, tscale, k);
 }
 
 bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, bool all_scales_ok,
@@ -689,21 +692,22 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 
 namespace {
 
-template <int NT>
+template <int NT, int TERMS, int PIPE>
 void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
                   int kblocks, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
-  const GemmTensorMaps maps = gemm_tensor_maps(xh, nullptr, t, kblocks, 128, NT);
+  // [t][kblocks·256·TERMS] bytes: the map of TERMS·kblocks records of 256 bytes per token
+  const GemmTensorMaps maps = gemm_tensor_maps(xh, nullptr, t, TERMS * kblocks, 128, NT);
   CUtensorMap xmap;
   std::memcpy(&xmap, maps.act, sizeof xmap);
-  using S = GemmSmemF16<NT>;
+  using S = GemmSmemF16<NT, TERMS>;
   constexpr int smem = S::kBytes + S::kBars + 1024;  // + the mbarriers, alignment
   static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
   const dim3 grid(static_cast<unsigned>((t + NT - 1) / NT), static_cast<unsigned>(plan.block_start[kMaxJobs]),
                   static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_f16_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  launch(gemm_f16_kernel<NT>, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
+  cudaFuncSetAttribute(gemm_f16_kernel<NT, TERMS, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(gemm_f16_kernel<NT, TERMS, PIPE>, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
@@ -711,18 +715,28 @@ void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const
 }  // namespace
 
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
-              float* partial, cudaStream_t s, int ranges, int tokens) {
+              float* partial, cudaStream_t s, int ranges, int tokens, int terms, int pipe) {
   if (t <= 0) return;
+  if (terms == 0) terms = gemm_f16_terms();
   const int kblocks = static_cast<int>(k / kBlockK);
   // 128 tokens per block where that grid covers the SMs (gemm_wg_block_tokens), else 64; one
   // block per SM, so the split plan prices rounds with one slot (as the wgmma producer kernel).
   if (tokens == 0) tokens = gemm_wg_block_tokens(128, gemm_grid(jobs, t, 128), sm_count);
   GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, 1, tokens);
   if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
-  if (tokens == 128)
-    run_gemm_f16<128>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  if (pipe < 0) pipe = gemm_f16_pipe();
+  if (tokens == 128 && terms == 2)
+    run_gemm_f16<128, 2, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  else if (tokens == 128 && pipe == 1)
+    run_gemm_f16<128, 1, 1>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  else if (tokens == 128)
+    run_gemm_f16<128, 1, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  else if (terms == 2)
+    run_gemm_f16<64, 2, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  else if (pipe == 1)
+    run_gemm_f16<64, 1, 1>(p, jobs, xh, tscale, t, kblocks, partial, s);
   else
-    run_gemm_f16<64>(p, jobs, xh, tscale, t, kblocks, partial, s);
+    run_gemm_f16<64, 1, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
 }
 
 }  // namespace bonsai::cuda

@@ -20,14 +20,14 @@ inline constexpr int kGemmMinTokens = 12;
 // Which kernel runs the GEMM: mma (mma.sync, any device), wgmma / wgmma_cp (Hopper's warpgroup
 // MMA; compute capability 9.0, where the sm_90a build runs), or automatic: per launch, wgmma
 // for grids of at least gemm_wg_min_blocks() blocks per SM on compute capability 9.0 and mma
-// otherwise (gemm_launch_kernel). BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp|auto picks one (wgmma or
-// wgmma_cp where they are not available and any other value are errors); unset: see
-// gemm_select.cpp. Read once per process. wgmma: a producer warp feeds the ring with bulk / TMA
-// copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel whose consumer threads issue
-// cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the same k ranges.
-// f16 (BONSAI_CUDA_GEMM=f16; compute capability 9.0): launches that gemm_f16_launch accepts run
-// gemm_f16 (fp16 weights and activation, fp32 accumulation: not bit-identical to the others,
-// gemm_f16.cuh), the rest as automatic.
+// otherwise (gemm_launch_kernel). BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp|auto|f16 picks one (wgmma,
+// wgmma_cp or f16 where they are not available and any other value are errors); unset: f16 on
+// compute capability 9.0, else automatic (gemm_select.cpp). Read once per process. wgmma: a producer warp
+// feeds the ring with bulk / TMA copies (gemm_wgmma_tma.cuh); wgmma_cp: the session-4 kernel whose consumer
+// threads issue cp.async (gemm_wgmma.cuh). Both are bit-identical to mma for the same k ranges. f16
+// (BONSAI_CUDA_GEMM=f16; compute capability 9.0): launches that gemm_f16_launch accepts run gemm_f16 (fp16
+// weights and activation, fp32 accumulation: not bit-identical to the others, gemm_f16.cuh), the rest as
+// automatic.
 enum class GemmKernel { mma, wgmma, wgmma_cp, automatic, f16 };
 GemmKernel gemm_kernel();
 // Whether the current device can run the wgmma kernels (compute capability 9.0). Read once.
@@ -100,10 +100,19 @@ void gemm_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const floa
 int gemm_tiled_ranges(const TiledJobs& jobs, int groups, int t, int64_t k, int sm_count, GemmKernel kernel);
 
 // ---- The FP16 GEMM (kernels/cuda/gemm_f16.cuh; layouts: gemm_f16_layout.h) ----
-// x [t][k] (k % 128 == 0) -> xh [t][k/128][256 B] (128 fp16 per k-block, permuted), tscale[t] =
-// 2^e (the token's amax·2^-e in [2^14, 2^15)).
-void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s);
-// Whether a launch of these jobs over t tokens runs gemm_f16: BONSAI_CUDA_GEMM=f16 (`kernel`),
+// x [t][k] (k % 128 == 0) -> xh [t][k/128][terms][256 B] (128 fp16 per k-block and term,
+// permuted), tscale[t] = 2^e (the token's amax·2^-e in [2^14, 2^15)); terms 2: x·2^-e as hi + lo.
+void act_to_f16(const float* x, uint8_t* xh, float* tscale, int t, int64_t k, cudaStream_t s, int terms = 1);
+// The fp16 GEMM's activation terms: 1 (the default: fp16, 11 significant bits) or 2 (hi + lo,
+// ~22 bits, twice the tensor work; a fidelity knob), BONSAI_CUDA_GEMM_F16_TERMS (any other value
+// is an error). Read once per process.
+int gemm_f16_terms();
+// The fp16 GEMM's consumer pipelining (gemm_f16.cuh, PIPE; one term only): 0 (the default: each
+// k-block's wgmmas waited for before the next are issued) or 1 (one batch kept in flight),
+// BONSAI_CUDA_GEMM_F16_PIPE (any other value is an error). Read once per process.
+int gemm_f16_pipe();
+// Whether a launch of these jobs over t tokens runs gemm_f16: `kernel` f16 (the default on compute
+// capability 9.0, or BONSAI_CUDA_GEMM=f16),
 // 128-column groups, every weight's scales exact in fp16 (all_scales_ok: f16_scale_ok at upload),
 // and a grid of at least gemm_wg_min_blocks() 64-token blocks per SM (smaller grids run mma.sync,
 // as automatic does).
@@ -112,8 +121,9 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 // y_j = x · W_jᵀ from act_to_f16's output; partial: gemm_tiled_scratch floats (split-K ranges,
 // summed in a fixed order). ranges > 0 (tests): that many k ranges (`partial` must hold ranges x t
 // x Σ n_j floats); tokens (tests): 64 or 128 per block on every launch; 0: 128 where the grid of
-// 128-token blocks covers the SMs, else 64.
+// 128-token blocks covers the SMs, else 64. terms: act_to_f16's (0: gemm_f16_terms()); pipe
+// (tests): 0 or 1 (-1: gemm_f16_pipe(); two terms run 0).
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
-              float* partial, cudaStream_t s, int ranges = 0, int tokens = 0);
+              float* partial, cudaStream_t s, int ranges = 0, int tokens = 0, int terms = 0, int pipe = -1);
 
 }  // namespace bonsai::cuda

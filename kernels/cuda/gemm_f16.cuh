@@ -12,7 +12,7 @@
 // "Prefill GEMM", session 6; tests/test_backend_cuda_gemm_f16.cpp derives its tolerance so).
 //
 // Block: 128 weight rows x NT tokens (64 or 128), two consumer warpgroups of 64 rows and a
-// producer warpgroup whose warp 0 feeds a ring of kF16Stages k-blocks: lanes 0-7 one
+// producer warpgroup whose warp 0 feeds a ring of kF16Stages (4) k-blocks: lanes 0-7 one
 // `cp.async.bulk` each of a stored 544-byte chunk (the tiled weight as uploaded), lanes 8-9 one
 // TMA box each of 128 bytes x NT tokens of the fp16 activation with the 128-byte swizzle (a
 // token's k-block is 256 bytes, 128 fp16 columns, as the int8 kernels' hi + lo record: the same
@@ -25,6 +25,13 @@
 // bytes in). The A registers of k-block i + 1 are decoded into a second set while k-block i's
 // wgmmas run; the wait for them is at the end of the iteration, so no wgmma is in flight across
 // the loop's back edge, and the slot is released right after it.
+//
+// TERMS = 2 (BONSAI_CUDA_GEMM_F16_TERMS=2, a fidelity knob): the activation as two fp16 terms,
+// hi = fp16(x·2^-e) and lo = fp16(x·2^-e - hi) (the residual is exact in fp32), each k-block's
+// record [hi 256 B][lo 256 B]: the same A registers multiply both (16 wgmmas per k-block), still
+// no flush. Per element |x - x̃| <= 2^-22·|x| + 2^-25·2^e (~22-bit activations, finer than the
+// int8 kernels' hi/lo block quantization) at twice the tensor work; 4 TMA boxes per stage, and
+// with 128 tokens per block 3 stages (68 KB each).
 #pragma once
 
 #include "kernels/cuda/gemm_f16_layout.h"
@@ -32,7 +39,9 @@
 namespace bonsai::cuda {
 namespace {
 
-constexpr int kF16Stages = 4;
+// Ring depth: 4 stages, 3 for two terms of 128 tokens (4 x 68 KB would not fit).
+template <int NT, int TERMS>
+constexpr int kF16Stages = TERMS == 2 && NT == 128 ? 3 : 4;
 
 #if BONSAI_WGMMA
 // d[32] += a (f16, registers) x desc (f16, shared memory, K-major): m64n64k16, fp32 accumulators.
@@ -93,30 +102,34 @@ __device__ __forceinline__ uint32_t f16_weight_pair(uint32_t v, __half2 d) {
   return *reinterpret_cast<const uint32_t*>(&w);
 }
 
-// The stages: the activation first (two regions of NT tokens x 128 bytes, 1024-byte aligned for
-// the 128-byte swizzle), then the 8 stored chunks; padded to a multiple of 1024 bytes. Then the
-// full and empty mbarriers.
-template <int NT>
+// The stages: the activation first (2·TERMS regions of NT tokens x 128 bytes, 1024-byte aligned
+// for the 128-byte swizzle), then the 8 stored chunks; padded to a multiple of 1024 bytes. Then
+// the full and empty mbarriers.
+template <int NT, int TERMS>
 struct GemmSmemF16 {
+  static constexpr int kST = kF16Stages<NT, TERMS>;
   static constexpr int kCB = kCodeBytes + 32;  // one stored chunk (128-column groups)
   static constexpr int kW = 8 * kCB;
-  static constexpr int kX = NT * kActBytes;
+  static constexpr int kX = TERMS * NT * kActBytes;
   static constexpr int kOffX = 0, kOffW = kX;
   static constexpr int kStage = (kX + kW + 1023) / 1024 * 1024;
-  static constexpr int kBytes = kF16Stages * kStage;
-  static constexpr int kBars = 16 * kF16Stages;
+  static constexpr int kBytes = kST * kStage;
+  static constexpr int kBars = 16 * kST;
 };
 
-// xmap: the fp16 activation as bytes [t][kblocks·256] (box 128 x NT, 128-byte swizzle; tokens
-// past t read as zeros); tscale[t]: 2^e per token. Plan, jobs, k ranges and output as
-// gemm_wgmma_tma_kernel (one block per SM).
-template <int NT>
+// xmap: the fp16 activation as bytes [t][kblocks·256·TERMS] (box 128 x NT, 128-byte swizzle;
+// tokens past t read as zeros); tscale[t]: 2^e per token. Plan, jobs, k ranges and output as
+// gemm_wgmma_tma_kernel (one block per SM). PIPE (BONSAI_CUDA_GEMM_F16_PIPE): 0, each k-block's
+// wgmmas waited for before the next are issued (the other consumer warpgroup's fill the gap);
+// 1, one batch kept in flight (wait_group 1; the A registers of k-block i + 1 decoded into those
+// of i - 1 once it completed).
+template <int NT, int TERMS, int PIPE>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_f16_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                     const float* __restrict__ tscale, int t, int kblocks) {
 #if BONSAI_WGMMA
-  using S = GemmSmemF16<NT>;
-  constexpr int kST = kF16Stages;
+  using S = GemmSmemF16<NT, TERMS>;
+  constexpr int kST = S::kST;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   constexpr int kRA = NT / 2;  // accumulators per thread (64 rows x NT tokens / 128)
@@ -166,10 +179,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     };
     auto load_x = [&](int i) {
       const uint32_t slot = i % kST, bar = full0 + 8 * slot;
-      const int r = lane - kBlockTiles;
-      if (r >= 0 && r < 2)
-        tma_g2s_2d(sbase + slot * S::kStage + S::kOffX + r * NT * 128, &xmap, (kb0 + i) * kActBytes + 128 * r,
-                   tok0, bar);
+      const int r = lane - kBlockTiles;  // region r: bytes [128r, 128r + 128) of the k-block's record
+      if (r >= 0 && r < 2 * TERMS)
+        tma_g2s_2d(sbase + slot * S::kStage + S::kOffX + r * NT * 128, &xmap,
+                   (kb0 + i) * (TERMS * kActBytes) + 128 * r, tok0, bar);
     };
     const int first = min(n, kST);
     for (int i = 0; i < first; ++i) load_w(i);
@@ -185,8 +198,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
   // ---- consumers: warpgroup wg owns rows 64·wg.. of the block (tiles 4·wg + w) ----
   setmaxnreg_inc<232>();
-  // B descriptors as gemm_wgmma_tma_kernel's SWZ = 128 (layout type 1, SBO 1024): k-step j
-  // starts 32·(j & 3) bytes into region j >> 2 (NT·128 bytes per region).
+  // B descriptors as gemm_wgmma_tma_kernel's SWZ = 128 (layout type 1, SBO 1024): k-step j of
+  // term u starts 32·(j & 3) bytes into region 2u + (j >> 2) (NT·128 bytes per region).
   static_assert(S::kBytes + S::kBars + 1024 <= (1 << 18) && S::kStage % 16 == 0);
   const uint32_t dlo0 = (((sbase + S::kOffX) & 0x3FFFFu) >> 4) | (1u << 16);
   constexpr uint64_t kDescHi = ((1024ull >> 4) | (1ull << 30)) << 32;
@@ -216,8 +229,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     wgmma_fence();
     const uint32_t dlo = dlo0 + (i % kST) * (S::kStage / 16);
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      wgmma_f16<NT>(acc, a[set][j], kDescHi | (dlo + (j >> 2) * kRegion + (j & 3) * 2));
+    for (int u = 0; u < TERMS; ++u)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        wgmma_f16<NT>(acc, a[set][j], kDescHi | (dlo + (2 * u + (j >> 2)) * kRegion + (j & 3) * 2));
     wgmma_commit();
   };
   auto release = [&](int i) {  // k-block i's wgmmas are complete: every read of its stage is done
@@ -225,16 +240,32 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (lane == 0) mbar_arrive(empty0 + 8 * (i % kST));
   };
   if (n > 0) prep(0, 0);
-  for (int i = 0; i < n; ++i) {
-    launch_mma(i, 0);
-    if (i + 1 < n) prep(i + 1, 1);
+  if constexpr (PIPE == 0) {  // k-block i + 1 decoded while i's wgmmas run, then wait for them
+    for (int i = 0; i < n; ++i) {
+      launch_mma(i, 0);
+      if (i + 1 < n) prep(i + 1, 1);
+      wgmma_wait<0>();
+      release(i);
+      if (++i >= n) break;
+      launch_mma(i, 1);
+      if (i + 1 < n) prep(i + 1, 0);
+      wgmma_wait<0>();
+      release(i);
+    }
+  } else {  // one batch stays in flight: k-block i is issued before i - 1 is waited for
+    for (int i = 0; i < n; ++i) {
+      launch_mma(i, 0);
+      wgmma_wait<1>();  // k-block i - 1 done: its slot and its A registers (set 1) are free
+      if (i > 0) release(i - 1);
+      if (i + 1 < n) prep(i + 1, 1);
+      if (++i >= n) break;
+      launch_mma(i, 1);
+      wgmma_wait<1>();
+      release(i - 1);
+      if (i + 1 < n) prep(i + 1, 0);
+    }
     wgmma_wait<0>();
-    release(i);
-    if (++i >= n) break;
-    launch_mma(i, 1);
-    if (i + 1 < n) prep(i + 1, 0);
-    wgmma_wait<0>();
-    release(i);
+    if (n > 0) release(n - 1);
   }
 
   float* out = job.y;
@@ -257,10 +288,12 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #endif
 }
 
-// x [t][k] -> xh [t][k/128][128 fp16, permuted by f16_act_index] and tscale[t] = 2^e: one block
-// of 256 threads per token, the token's amax first (f16_token_exp), then each float4 of natural
-// columns 4u..4u+3 of a k-block (m, c = 0,0 / 1,0 / 0,1 / 1,1) as two half2: {x0, x2} at the
-// permuted index of column 4u, {x1, x3} 8 further on.
+// x [t][k] -> xh [t][k/128][TERMS][128 fp16, permuted by f16_act_index] and tscale[t] = 2^e: one
+// block of 256 threads per token, the token's amax first (f16_token_exp), then each float4 of
+// natural columns 4u..4u+3 of a k-block (m, c = 0,0 / 1,0 / 0,1 / 1,1) as two half2: {x0, x2} at
+// the permuted index of column 4u, {x1, x3} 8 further on; TERMS = 2: the residuals x·2^-e - hi
+// (exact in fp32) rounded likewise, 128 fp16 further on.
+template <int TERMS>
 __global__ void __launch_bounds__(256) act_f16_kernel(const float* __restrict__ x, uint8_t* __restrict__ xh,
                                                       float* __restrict__ tscale, int64_t k) {
   pdl_trigger();
@@ -286,14 +319,22 @@ __global__ void __launch_bounds__(256) act_f16_kernel(const float* __restrict__ 
   const int e = amax > 0.0f && amax <= 3.402823466e38f ? f16_token_exp(fe) : 0;
   const float down = __int_as_float((127 - e) << 23);  // 2^-e
   if (tid == 0) tscale[tok] = __int_as_float((127 + e) << 23);
-  __half2* out = reinterpret_cast<__half2*>(xh + static_cast<size_t>(tok) * (k / kBlockK) * kActBytes);
+  __half2* out =
+      reinterpret_cast<__half2*>(xh + static_cast<size_t>(tok) * (k / kBlockK) * TERMS * kActBytes);
   for (int64_t u = tid; u < n4; u += 256) {
     const float4 v = row[u];
     const int64_t kb = u >> 5;
     const int p = f16_act_index(static_cast<int>(u & 31) * 4);  // even: a half2 boundary
-    __half2* o = out + kb * 64 + p / 2;
-    o[0] = __floats2half2_rn(v.x * down, v.z * down);
-    o[4] = __floats2half2_rn(v.y * down, v.w * down);
+    __half2* o = out + kb * (64 * TERMS) + p / 2;
+    const float2 a = make_float2(v.x * down, v.z * down), b = make_float2(v.y * down, v.w * down);
+    const __half2 ha = __float22half2_rn(a), hb = __float22half2_rn(b);
+    o[0] = ha;
+    o[4] = hb;
+    if constexpr (TERMS == 2) {
+      const float2 ra = __half22float2(ha), rb = __half22float2(hb);
+      o[64] = __floats2half2_rn(a.x - ra.x, a.y - ra.y);
+      o[68] = __floats2half2_rn(b.x - rb.x, b.y - rb.y);
+    }
   }
 }
 

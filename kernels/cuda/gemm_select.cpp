@@ -41,11 +41,15 @@ GemmKernel gemm_kernel() {
   static const GemmKernel choice = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM");
     const std::string_view v = e ? e : "";
-    // Default automatic: on compute capability 9.0 the wgmma producer kernel (128-byte swizzle)
-    // for grids of at least gemm_wg_min_blocks() blocks per SM, mma.sync for smaller ones and
-    // everywhere else. H200: pp512 +10 % against mma.sync (docs/performance.md, "Prefill GEMM",
-    // round 2).
-    if (v.empty() || v == "auto") return GemmKernel::automatic;
+    // Default on compute capability 9.0: f16 (the fp16 GEMM for launches of at least
+    // gemm_wg_min_blocks() blocks per SM whose weights' scales are fp16-exact, the int8 kernels
+    // for the rest; H200: pp512 +21.8 % against automatic, alternated, `gate --prefill` 7 of 7
+    // with it forced on every launch: docs/performance.md, "Prefill GEMM", session 6). Elsewhere
+    // automatic: the wgmma producer kernel (128-byte swizzle) for grids of at least
+    // gemm_wg_min_blocks() blocks per SM on 9.0, mma.sync for smaller ones and everywhere else
+    // (H200: pp512 +10 % against mma.sync, round 2). `auto` keeps the int8 kernels on 9.0 too.
+    if (v.empty()) return gemm_wgmma_available() ? GemmKernel::f16 : GemmKernel::automatic;
+    if (v == "auto") return GemmKernel::automatic;
     if (v == "mma") return GemmKernel::mma;
     if (v != "wgmma" && v != "wgmma_cp" && v != "f16")
       fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma, wgmma_cp, f16 or auto)", v);
@@ -78,6 +82,28 @@ int gemm_wg_min_blocks() {
     return n;
   }();
   return min_blocks;
+}
+
+int gemm_f16_terms() {
+  static const int terms = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TERMS");
+    const std::string_view v = e ? e : "";
+    if (v.empty() || v == "1") return 1;
+    if (v == "2") return 2;
+    fail("BONSAI_CUDA_GEMM_F16_TERMS: '{}' is not a number of fp16 activation terms (1 or 2)", v);
+  }();
+  return terms;
+}
+
+int gemm_f16_pipe() {
+  static const int pipe = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_PIPE");
+    const std::string_view v = e ? e : "";
+    if (v.empty() || v == "0") return 0;
+    if (v == "1") return 1;
+    fail("BONSAI_CUDA_GEMM_F16_PIPE: '{}' is not a consumer pipelining of the fp16 GEMM (0 or 1)", v);
+  }();
+  return pipe;
 }
 
 int gemm_wg_swizzle() {
