@@ -10,16 +10,24 @@
 // Numerics: fp32 throughout, as the CPU's chunked form; decays only as e^{G_i−G_j}, j <= i (<= 1).
 // The results equal the token walk's up to summation order (tests/test_backend_cuda_wy.cpp).
 //
-// Block per (value head h, W = 32·CPT state columns), d_k threads: thread (warp, lane) holds
-// rows 32·rg..32·rg+31 of CPT columns in registers, rg = lane % RG (RG = d_k/32 row groups
-// side by side in a warp, so the sums over rows are warp shuffles), local column
-// cl = warp·(32/RG) + lane/RG (+32·c). Per chunk, four phases between barriers:
+// Block per (value head h, W = 32·CS state columns), CS·d_k threads: thread (warp, lane) holds
+// rows 32·rg..32·rg+31 of one column in registers, rg = lane % RG (RG = d_k/32 row groups side
+// by side in a warp, so the sums over rows are warp shuffles), local column
+// lc = 32·(warp / RG) + (warp % RG)·(32/RG) + lane/RG. Per chunk, four phases between barriers:
 //   P1  the chunk's gates and prefix sum G (last warp); the raw k_i·k_j, q_i·k_j (j <= i) over
 //       4x4 token tiles split into RG 32-row segments (all threads); S0ᵀk_i, S0ᵀq_i (all).
 //   P2  the dot matrices gated: A[i][j] = β_i e^{G_i−G_j} k_i·k_j, KQ[i][j] = e^{G_i−G_j} q_i·k_j.
 //   P3  per column (threads < W): u from v, β, e^{G}·S0ᵀk, the forward substitution.
 //   P4  the state update (all) and the outputs o_i (all: tokens rg, rg+RG, ...).
 // The inputs of the next chunk are staged by cp.async during the current one (two buffers).
+//
+// Not the default (BONSAI_CUDA_WALK=3|4): one 27B layer at t = 256 takes 189 µs (=4) / 207 µs
+// (=3) on the H200 against the chunked walk's 98.7 µs (docs/performance.md, "What limits it",
+// Prefill). Likely limit (not profiled): shared-memory wavefronts. With the row groups side by
+// side in a warp, a warp's 16-byte k/q reads hit RG distinct addresses, so S0ᵀk / S0ᵀq and the
+// update move RG times the operand bytes per FMA of the walk's layout (row group = warp, pure
+// broadcasts); the next step is that layout with the partial sums reduced through shared memory
+// once per chunk (one barrier for 32 tokens instead of one per token).
 #include <algorithm>
 #include <cstdint>
 
@@ -45,17 +53,18 @@ __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// Shared memory in floats. Two stage buffers, each q|k [C][QS] (QS = 2·d_k + 4: the 16-byte
-// pad spreads consecutive tokens' rows over the banks), v [C][W], raw gates [2][C]; then G, β,
-// e^{G}, e^{G_C−G} [C] each and e^{G_C}; A transposed [C][AS] (rows 16-byte aligned for the
-// substitution's float4 reads), KQ [C][C+1]; S0ᵀk, S0ᵀq, u, e^{G_C−G}·u [C][WS] (WS = W + 8:
-// tokens i and i+1 at different banks). The raw dots [2][C][C+1] alias u | ud: they are read in
-// P2, u is written in P3.
+// Shared memory in floats. Two stage buffers, each q|k [C][QS] as 2·RG segments of 32 rows
+// (q's then k's), each followed by 4 floats of pad (SEG = 36: the RG segments a warp reads at
+// once, and the tiles' segments, lie in distinct banks; QS = 2·RG·SEG + 4 puts consecutive
+// tokens 16 bytes apart), v [C][W], raw gates [2][C]; then G, β, e^{G}, e^{G_C−G} [C] each and
+// e^{G_C}; A transposed [C][AS] (rows 16-byte aligned for the substitution's float4 reads),
+// KQ [C][C+1]; S0ᵀk, S0ᵀq, u, e^{G_C−G}·u [C][WS] (WS = W + 8). The raw dots [2][C][C+1]
+// alias u | ud: they are read in P2, u is written in P3.
 struct WySmem {
-  static constexpr int AS = kC + 4, DS = kC + 1;
+  static constexpr int AS = kC + 4, DS = kC + 1, SEG = 36;
   int qs, ws, buf, gates, at, kq, sk, sq, u, ud, kkr, kqr, total;
   __host__ __device__ WySmem(int d_k, int w) {
-    qs = 2 * d_k + 4;
+    qs = 2 * (d_k / 32) * SEG + 4;
     ws = w + 8;
     buf = kC * qs + kC * w + 2 * kC;
     gates = 2 * buf;
@@ -72,14 +81,16 @@ struct WySmem {
   }
 };
 
-template <int CPT, int RG>
-__global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
+template <int CS, int RG>
+__global__ void __launch_bounds__(32 * RG * CS) gdn_wy_kernel(GdnFused p) {
   extern __shared__ __align__(16) float sm[];
   pdl_trigger();
   pdl_wait();
-  constexpr int W = 32 * CPT, nthr = 32 * RG, d_k = 32 * RG, CPW = 32 / RG;  // columns per warp
+  constexpr int W = 32 * CS, nthr = 32 * RG * CS, d_k = 32 * RG, CPW = 32 / RG;  // columns per warp
+  constexpr int SEG = WySmem::SEG;
   const int d_v = p.d_v, h = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int rg = lane % RG, cl = warp * CPW + lane / RG, hk = h % p.n_k, col0 = blockIdx.y * W;
+  const int rg = lane % RG, lc = 32 * (warp / RG) + (warp % RG) * CPW + lane / RG;  // local column
+  const int hk = h % p.n_k, col0 = blockIdx.y * W, col = col0 + lc;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
   const WySmem L(d_k, W);
   float* Gs = sm + L.gates;
@@ -100,14 +111,9 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
   const float ssm_a = p.alpha ? p.ssm_a[h] : 0.0f, dt_bias = p.alpha ? p.dt_bias[h] : 0.0f;
 
   float* S = p.state + static_cast<int64_t>(h) * d_k * d_v;
-  float s[CPT][32];
+  float s[32];
 #pragma unroll
-  for (int c = 0; c < CPT; ++c) {
-    const int col = col0 + cl + 32 * c;
-#pragma unroll
-    for (int j = 0; j < 32; ++j)
-      s[c][j] = col < d_v ? S[static_cast<int64_t>(rg * 32 + j) * d_v + col] : 0.0f;
-  }
+  for (int j = 0; j < 32; ++j) s[j] = col < d_v ? S[static_cast<int64_t>(rg * 32 + j) * d_v + col] : 0.0f;
 
   // Tokens base..base+nt-1 into stage buffer b (as gdn_walk_chunk_kernel stages them).
   auto stage = [&](int base, int b) {
@@ -115,16 +121,17 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
     const uint32_t buf = smem_addr(sm + b * L.buf);
     constexpr int pieces = d_k / 2, qpieces = d_k / 4;
     for (int idx = tid; idx < nt * pieces; idx += nthr) {
-      const int j = idx / pieces, e = idx - j * pieces;
+      const int j = idx / pieces, e = idx - j * pieces;  // piece e: segment e / 8
       const float* row = p.conv + static_cast<int64_t>(base + j) * width + hk * d_k;
-      cp16(buf + (j * L.qs + 4 * e) * 4, e < qpieces ? row + 4 * e : row + qk + 4 * (e - qpieces), 16);
+      cp16(buf + (j * L.qs + (e / 8) * SEG + 4 * (e % 8)) * 4,
+           e < qpieces ? row + 4 * e : row + qk + 4 * (e - qpieces), 16);
     }
     constexpr int vpieces = W / 4;
     for (int idx = tid; idx < nt * vpieces; idx += nthr) {
-      const int j = idx / vpieces, e = idx - j * vpieces, col = col0 + 4 * e;
+      const int j = idx / vpieces, e = idx - j * vpieces, cv = col0 + 4 * e;
       const float* row =
           p.conv + static_cast<int64_t>(base + j) * width + 2 * qk + static_cast<int64_t>(h) * d_v;
-      cp16(buf + (kC * L.qs + j * W + 4 * e) * 4, row + (col < d_v ? col : 0), col < d_v ? 16 : 0);
+      cp16(buf + (kC * L.qs + j * W + 4 * e) * 4, row + (cv < d_v ? cv : 0), cv < d_v ? 16 : 0);
     }
     for (int idx = tid; idx < 2 * nt; idx += nthr) {
       const int j = idx < nt ? idx : idx - nt;
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
     if (base + kC < p.t) stage(base + kC, (n + 1) & 1);
 
     // ---- P1: gates (last warp), raw dots (tiles), S0ᵀk and S0ᵀq (all) -----------------------
-    if (warp == RG - 1) {
+    if (warp == nthr / 32 - 1) {
       float gl = 0.0f, b = 0.0f;  // tokens past nt: no decay, no update
       if (lane < nt) {
         const float ga = graw[lane], gb = graw[kC + lane];
@@ -184,15 +191,15 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int c = 0; c < 4; ++c) kk[r][c] = kq[r][c] = 0.0f;
-      const float* qi0 = qkc + 4 * ti * L.qs + 32 * seg;
-      const float* kj0 = qkc + 4 * tj * L.qs + d_k + 32 * seg;
+      const float* qi0 = qkc + 4 * ti * L.qs + seg * SEG;
+      const float* kj0 = qkc + 4 * tj * L.qs + (RG + seg) * SEG;
 #pragma unroll 2
       for (int e = 0; e < 8; ++e) {
         float4 qi[4], ki[4], kj[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           qi[r] = reinterpret_cast<const float4*>(qi0 + r * L.qs)[e];
-          ki[r] = reinterpret_cast<const float4*>(qi0 + r * L.qs + d_k)[e];
+          ki[r] = reinterpret_cast<const float4*>(qi0 + r * L.qs + RG * SEG)[e];
           kj[r] = reinterpret_cast<const float4*>(kj0 + r * L.qs)[e];
         }
 #pragma unroll
@@ -230,36 +237,28 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
     // S0ᵀk_i and S0ᵀq_i: the thread's 32 rows, then the RG row groups summed across lanes.
 #pragma unroll 2
     for (int i = 0; i < nt; ++i) {
-      const float4* k4 = reinterpret_cast<const float4*>(qkc + i * L.qs + d_k + 32 * rg);
-      const float4* q4 = reinterpret_cast<const float4*>(qkc + i * L.qs + 32 * rg);
-      float pk[CPT], pq[CPT];
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) pk[c] = pq[c] = 0.0f;
+      const float4* k4 = reinterpret_cast<const float4*>(qkc + i * L.qs + (RG + rg) * SEG);
+      const float4* q4 = reinterpret_cast<const float4*>(qkc + i * L.qs + rg * SEG);
+      float pk = 0.0f, pq = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float4 kv = k4[e], qv = q4[e];
         const float kk[4] = {kv.x, kv.y, kv.z, kv.w}, qq[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-          for (int c = 0; c < CPT; ++c) {
-            pk[c] += s[c][4 * e + u] * kk[u];
-            pq[c] += s[c][4 * e + u] * qq[u];
-          }
+        for (int u = 0; u < 4; ++u) {
+          pk += s[4 * e + u] * kk[u];
+          pq += s[4 * e + u] * qq[u];
+        }
       }
 #pragma unroll
-      for (int off = 1; off < RG; off <<= 1)
-#pragma unroll
-        for (int c = 0; c < CPT; ++c) {
-          pk[c] += __shfl_xor_sync(kFull, pk[c], off);
-          pq[c] += __shfl_xor_sync(kFull, pq[c], off);
-        }
-      if (rg == 0)
-#pragma unroll
-        for (int c = 0; c < CPT; ++c) {
-          SK[i * L.ws + cl + 32 * c] = pk[c];
-          SQ[i * L.ws + cl + 32 * c] = pq[c];
-        }
+      for (int off = 1; off < RG; off <<= 1) {
+        pk += __shfl_xor_sync(kFull, pk, off);
+        pq += __shfl_xor_sync(kFull, pq, off);
+      }
+      if (rg == 0) {
+        SK[i * L.ws + lc] = pk;
+        SQ[i * L.ws + lc] = pq;
+      }
     }
     __syncthreads();
 
@@ -305,50 +304,38 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
     // ---- P4: S = e^{G_C} S0 + Σ_j k_j ud_jᵀ; o_i = e^{G_i} S0ᵀq_i + Σ_{j≤i} KQ[i][j] u_j ---------
     const float gC = eGC[0];
 #pragma unroll
-    for (int c = 0; c < CPT; ++c)
-#pragma unroll
-      for (int j = 0; j < 32; ++j) s[c][j] *= gC;
+    for (int j = 0; j < 32; ++j) s[j] *= gC;
 #pragma unroll 2
     for (int j = 0; j < nt; ++j) {
-      const float4* k4 = reinterpret_cast<const float4*>(qkc + j * L.qs + d_k + 32 * rg);
-      float ud[CPT];
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) ud[c] = Ud[j * L.ws + cl + 32 * c];
+      const float4* k4 = reinterpret_cast<const float4*>(qkc + j * L.qs + (RG + rg) * SEG);
+      const float ud = Ud[j * L.ws + lc];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float4 kv = k4[e];
-        const float kk[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-          for (int c = 0; c < CPT; ++c) s[c][4 * e + u] += kk[u] * ud[c];
+        s[4 * e] += kv.x * ud;
+        s[4 * e + 1] += kv.y * ud;
+        s[4 * e + 2] += kv.z * ud;
+        s[4 * e + 3] += kv.w * ud;
       }
     }
     for (int i = rg; i < nt; i += RG) {
       const float* kqi = KQ + i * WySmem::DS;
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        const int lc = cl + 32 * c;
-        float o = eG[i] * SQ[i * L.ws + lc];
-        for (int j = 0; j <= i; ++j) o += kqi[j] * U[j * L.ws + lc];
-        if (col0 + lc < d_v) p.out[(static_cast<int64_t>(base + i) * p.n_v + h) * d_v + col0 + lc] = o;
-      }
+      float o = eG[i] * SQ[i * L.ws + lc];
+#pragma unroll 4
+      for (int j = 0; j <= i; ++j) o += kqi[j] * U[j * L.ws + lc];
+      if (col < d_v) p.out[(static_cast<int64_t>(base + i) * p.n_v + h) * d_v + col] = o;
     }
   }
 
+  if (col < d_v)
 #pragma unroll
-  for (int c = 0; c < CPT; ++c) {
-    const int col = col0 + cl + 32 * c;
-    if (col < d_v)
-#pragma unroll
-      for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[c][j];
-  }
+    for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(rg * 32 + j) * d_v + col] = s[j];
   if (p.qkv) {  // the conv state: the last taps-1 inputs (t >= taps-1); key head hk's by block hk
     const int64_t first = static_cast<int64_t>(p.t - (p.taps - 1)) * width;
     for (int j = 0; j < p.taps - 1; ++j) {
       const float* xj = p.qkv + first + j * width;
       float* st = p.conv_state + static_cast<int64_t>(j) * width;
-      if (h < p.n_k && blockIdx.y == 0) {
+      if (h < p.n_k && blockIdx.y == 0 && tid < d_k) {
         st[hk * d_k + tid] = xj[hk * d_k + tid];
         st[qk + hk * d_k + tid] = xj[qk + hk * d_k + tid];
       }
@@ -360,26 +347,26 @@ __global__ void __launch_bounds__(32 * RG) gdn_wy_kernel(GdnFused p) {
   }
 }
 
-template <int CPT, int RG>
+template <int CS, int RG>
 void launch_wy(const GdnFused& p, size_t smem, cudaStream_t s) {
-  cudaFuncSetAttribute(gdn_wy_kernel<CPT, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncSetAttribute(gdn_wy_kernel<CS, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(smem));
-  launch(gdn_wy_kernel<CPT, RG>,
-         dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>((p.d_v + 32 * CPT - 1) / (32 * CPT))),
-         static_cast<unsigned>(32 * RG), smem, s, p);
+  launch(gdn_wy_kernel<CS, RG>,
+         dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>((p.d_v + 32 * CS - 1) / (32 * CS))),
+         static_cast<unsigned>(32 * RG * CS), smem, s, p);
 }
 
-template <int CPT>
+template <int CS>
 void launch_wy_rg(const GdnFused& p, size_t smem, cudaStream_t s) {
   switch (p.d_k) {
     case 32:
-      return launch_wy<CPT, 1>(p, smem, s);
+      return launch_wy<CS, 1>(p, smem, s);
     case 64:
-      return launch_wy<CPT, 2>(p, smem, s);
+      return launch_wy<CS, 2>(p, smem, s);
     case 128:
-      return launch_wy<CPT, 4>(p, smem, s);
+      return launch_wy<CS, 4>(p, smem, s);
     default:
-      return launch_wy<CPT, 8>(p, smem, s);
+      return launch_wy<CS, 8>(p, smem, s);
   }
 }
 
@@ -388,16 +375,16 @@ constexpr size_t kWySmemMax = 227 * 1024;
 
 }  // namespace
 
-bool gdn_walk_wy_supported(const GdnFused& p, int cpt) {
+bool gdn_walk_wy_supported(const GdnFused& p, int cs) {
   const bool dk_ok = p.d_k == 32 || p.d_k == 64 || p.d_k == 128 || p.d_k == 256;
-  return dk_ok && p.d_v % 32 == 0 && (cpt == 1 || cpt == 2) &&
-         WySmem(p.d_k, 32 * cpt).total * sizeof(float) <= kWySmemMax &&
+  return dk_ok && p.d_v % 32 == 0 && (cs == 1 || cs == 2) &&
+         WySmem(p.d_k, 32 * cs).total * sizeof(float) <= kWySmemMax &&
          reinterpret_cast<uintptr_t>(p.conv) % 16 == 0;
 }
 
-void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cpt) {
-  const size_t smem = WySmem(p.d_k, 32 * cpt).total * sizeof(float);
-  cpt == 2 ? launch_wy_rg<2>(p, smem, s) : launch_wy_rg<1>(p, smem, s);
+void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cs) {
+  const size_t smem = WySmem(p.d_k, 32 * cs).total * sizeof(float);
+  cs == 2 ? launch_wy_rg<2>(p, smem, s) : launch_wy_rg<1>(p, smem, s);
 }
 
 }  // namespace bonsai::cuda

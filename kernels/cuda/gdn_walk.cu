@@ -376,7 +376,7 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
 }
 
 // BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
-// two, 3 the chunked (WY) form with one column per thread, 4 with two (kernels/cuda/gdn_chunked.cu);
+// two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu);
 // unset or empty: the default (kWalkDefault). Anything else is an error. Read once per process.
 constexpr int kWalkDefault = 1;
 // The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
@@ -389,7 +389,7 @@ int walk_kernel_env() {
     if (e[0] >= '0' && e[0] <= '4' && e[1] == 0) return e[0] - '0';
     fail(
         "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3 or 4 (token walk, chunked walk with 1 or 2 columns "
-        "per thread, WY form with 1 or 2)",
+        "per thread, WY form on 32 or 64 columns per block)",
         e);
   }();
   return k;
