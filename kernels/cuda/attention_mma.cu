@@ -340,9 +340,15 @@ int attention_mma_splits(int t, int pos0, int n_head, int n_head_kv, int sm_coun
   if (const int forced = attention_mma_forced_splits()) return forced;
   const int kt = small_tiles(n_head, n_head_kv) ? 32 : 64, per_sm = kt == 32 ? 2 : 1;
   const int blocks = (t + kTok - 1) / kTok * n_head_kv;
-  // enough blocks for one wave, each split at least two KV tiles of the longest token tile
-  const int want = (sm_count * per_sm + blocks - 1) / blocks;
-  const int cap = std::max(1, (pos0 + t + kt - 1) / kt / 2);
+  // As many splits as ONE wave holds (blocks · splits <= SMs · blocks per SM), not the fewest that
+  // fill it: a split beyond that starts a second round of blocks, and with the merge's partials
+  // it costs more than a fuller wave gains (27B, t = 256 after 256 positions: 64 blocks on 132
+  // SMs; 1 split 41.1 us, 2 40.6, 3 53.7); and each split at least four KV tiles of the longest
+  // token tile: the merge (partials written and read, one more launch) costs about what four
+  // tiles of the longest block do (after 0 positions, 4 tiles: 1 split 25.9 us, 2 32.1; after
+  // 256, 8 tiles: 41.1 against 40.6; docs/performance.md, prefill attention, session 6).
+  const int want = std::max(1, sm_count * per_sm / blocks);
+  const int cap = std::max(1, (pos0 + t + kt - 1) / kt / 4);
   return std::max(1, std::min({want, cap, 32}));
 }
 

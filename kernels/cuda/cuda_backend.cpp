@@ -94,6 +94,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_MV_DEFER='{}': expected 0, 1 or 2", v);
     m.mv_defer = v[0] - '0';
   }
+  if (const char* e = std::getenv("BONSAI_CUDA_SITE_F16"); e && *e) {
+    const std::string_view v(e);
+    if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_SITE_F16='{}': expected 0, 1 or 2", v);
+    m.site_f16_mode = v[0] - '0';
+  }
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -108,6 +113,11 @@ CudaBackend::~CudaBackend() = default;
 
 std::string CudaBackend::device_name() const { return impl_->prop.name; }
 size_t CudaBackend::device_bytes() const { return impl_->weight_bytes + impl_->buffer_bytes; }
+int64_t CudaBackend::site_f16_launches() const { return impl_->site_f16_launches; }
+void CudaBackend::set_site_f16(int mode) {
+  if (mode < 0 || mode > 2) fail("cuda: set_site_f16({}): expected 0, 1 or 2", mode);
+  impl_->site_f16_mode = mode;
+}
 void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream) {
   impl_->mv_evict = matvec_evict_first;
   impl_->gdn_stream = gdn_state_stream;
@@ -324,6 +334,16 @@ void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t
   if (block > 8192 || k % block) fail("cuda: Hadamard block {} of width {} is not supported", block, k);
   // A forward site feeds a ternary matvec: quantize its output in the same pass.
   const bool quant = !inverse && block % cuda::kBlockK == 0;
+  if (quant && m.site_writes_f16(rows, k, block)) {  // the consumer is the fp16 GEMM
+    cuda::SiteF16Args a;
+    a.x = x;
+    a.signs = signs;
+    a.rotated = y;
+    m.launch_site_f16(cuda::SiteF16Kind::hadamard, a, rows, k, block);
+    m.wrote(y, rows * k * sizeof(float));
+    m.site_f16_done(y, rows, k);
+    return;
+  }
   if (quant) m.reserve_quant(rows, k);
   cuda::hadamard(x, signs, y, rows, k, block, inverse, quant ? m.xq.as<uint8_t>() : nullptr,
                  quant ? m.meta.as<float4>() : nullptr, m.stream);
@@ -359,8 +379,10 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
     if (tiled.count == 0) return;
     const bool f16 = tiled_f16;
     tiled_f16 = true;
-    if (t >= cuda::kGemmMinTokens &&
-        cuda::gemm_f16_launch(tiled, groups, t, m.prop.multiProcessorCount, f16)) {  // BONSAI_CUDA_GEMM=f16
+    const bool use_f16 =
+        t >= cuda::kGemmMinTokens && cuda::gemm_f16_launch(tiled, groups, t, m.prop.multiProcessorCount, f16);
+    if (t >= cuda::kGemmMinTokens) m.saw_gemm(k, t, use_f16);  // (what the sites go by)
+    if (use_f16) {                                             // BONSAI_CUDA_GEMM=f16
       const int sms = m.prop.multiProcessorCount;
       m.halved(x, t, k);
       m.grow(m.mv_partial, cuda::gemm_tiled_scratch(tiled, t, k, sms) * sizeof(float), "gemm partial sums");
@@ -516,6 +538,23 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
   // unrotated or unusual: the composed ops
   if (!usual)
     return Backend::residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps);
+  if (!deferred && m.site_writes_f16(rows, n, block)) {  // the consumer is the fp16 GEMM
+    cuda::SiteF16Args a;
+    a.x = x;
+    a.delta = delta;
+    a.x_out = x_out;
+    a.gain = m.dev(gain).f32();
+    a.normed = normed;
+    a.eps = eps;
+    a.signs = signs;
+    a.rotated = rotated;
+    m.launch_site_f16(cuda::SiteF16Kind::residual, a, rows, n, block);
+    for (const float* p : {static_cast<const float*>(x_out), static_cast<const float*>(normed),
+                           static_cast<const float*>(rotated)})
+      m.wrote(p, static_cast<size_t>(rows * n) * sizeof(float));
+    m.site_f16_done(rotated, rows, n);
+    return;
+  }
   m.reserve_quant(rows, n);
   bool done = false;
   if (deferred && m.mv_defer == 1) {
@@ -545,6 +584,19 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   Impl& m = *impl_;
   if (block <= 0 || block > 8192 || n % block || block % cuda::kBlockK)
     return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
+  if (m.site_writes_f16(rows, n, block)) {  // the consumer is the fp16 GEMM
+    cuda::SiteF16Args a;
+    a.x = gate;
+    a.up = up;
+    a.act = act;
+    a.signs = signs;
+    a.rotated = rotated;
+    m.launch_site_f16(cuda::SiteF16Kind::swiglu, a, rows, n, block);
+    m.wrote(act, static_cast<size_t>(rows * n) * sizeof(float));
+    m.wrote(rotated, static_cast<size_t>(rows * n) * sizeof(float));
+    m.site_f16_done(rotated, rows, n);
+    return;
+  }
   m.reserve_quant(rows, n);
   cuda::swiglu_hadamard(gate, up, act, signs, rotated, rows, n, block, false, m.xq.as<uint8_t>(),
                         m.meta.as<float4>(), m.stream);

@@ -85,6 +85,12 @@ class CudaBackend : public Backend {
   // graph is replayed `reps` times between two events.
   double time_recorded(const std::function<void()>& ops, int reps);
   size_t device_bytes() const;  // weights + buffers currently allocated
+  // Site launches (hadamard, residual_norm_site, swiglu_site) so far that wrote the fp16 GEMM's
+  // activation instead of the int8 quantization (BONSAI_CUDA_SITE_F16).
+  int64_t site_f16_launches() const;
+  // Which prefill sites may write the fp16 GEMM's activation: 0 none, 1 all, 2 rows of at most
+  // 8 Hadamard blocks (default: BONSAI_CUDA_SITE_F16, else 0; results do not depend on it).
+  void set_site_f16(int mode);
   // Cache hints of launches issued afterwards (results do not depend on them): the matvec's
   // weight loads with an L2 evict-first policy (default: BONSAI_CUDA_MV_EVICT, else on), the
   // GDN site's state loads and stores streaming (BONSAI_CUDA_GDN_STREAM, else on).

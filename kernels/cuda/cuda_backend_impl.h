@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
+#include <climits>
 #include <memory>
 #include <unordered_map>
 
@@ -11,6 +14,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/site_f16.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai {
@@ -109,6 +113,14 @@ constexpr bool kGdnStateStream = true;  // default of BONSAI_CUDA_GDN_STREAM (cu
 // adds the slots while it loads them (cuda::residual_norm_site_split); 2 by a standalone sum
 // kernel (cuda::matvec_split_sum) before the site. docs/performance.md, "Split-K fix-up".
 constexpr int kMatvecDefer = 1;
+// Default of BONSAI_CUDA_SITE_F16: whether a prefill site whose consumer is the fp16 GEMM writes
+// the GEMM's fp16 activation itself (cuda::site_f16) instead of the int8 quantization, so that
+// the GEMM needs no conversion (CudaBackend::Impl::site_writes_f16): 0 never, 1 every site the
+// kernel takes, 2 sites of at most 8 Hadamard blocks (the 27B's residual and projection sites, not
+// its SwiGLU site). 0: with 1 pp512 lost 4.4 % (the 17-block SwiGLU row in one block of 8 warps,
+// 80 us against ~36 for the site and the conversion); 2 is not measured end to end yet
+// (docs/performance.md, "Prefill GEMM", session 6, round 2).
+constexpr int kSiteF16 = 0;
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
@@ -133,6 +145,16 @@ struct CudaBackend::Impl {
   Growable xh, hscale;
   const float* h_src = nullptr;
   int64_t h_rows = 0, h_k = 0;
+  // What the prefill matmuls of each input width ran (matmul_multi): the fewest tokens that ran
+  // the fp16 GEMM, the most that ran the int8 kernels. A site does not know its consumer's
+  // weights; this is what site_writes_f16 goes by. Widths beyond the table are not recorded.
+  struct GemmSeen {
+    int64_t k = 0;
+    int f16_min_t = INT_MAX, int8_max_t = 0;
+  };
+  std::array<GemmSeen, 8> gemm_seen{};
+  int site_f16_mode = kSiteF16;  // BONSAI_CUDA_SITE_F16
+  int64_t site_f16_launches = 0;
 
   bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
@@ -253,6 +275,48 @@ struct CudaBackend::Impl {
     check_launch("act_to_f16");
     h_src = x;
     h_rows = t;
+    h_k = k;
+  }
+  void saw_gemm(int64_t k, int t, bool f16) {
+    for (GemmSeen& g : gemm_seen) {
+      if (g.k != k && g.k != 0) continue;
+      g.k = k;
+      if (f16)
+        g.f16_min_t = std::min(g.f16_min_t, t);
+      else
+        g.int8_max_t = std::max(g.int8_max_t, t);
+      return;
+    }
+  }
+  // THE rule for a site whose output [rows][k] feeds a matmul: write the fp16 GEMM's activation
+  // (cuda::site_f16, the fp16 cache then valid) instead of the int8 quantization. A prefill batch
+  // (rows >= kGemmMinTokens) of a row the kernel takes, the fp16 GEMM with one term, and this
+  // width's prefill matmuls so far ran the fp16 GEMM at rows tokens or fewer and never the int8
+  // kernels at rows or more (the fp16 GEMM's grid rule is monotonic in t: gemm_f16_launch). A
+  // wrong guess costs what it costs today, one conversion: matmul quantizes (or converts) the
+  // float output, which the site writes either way.
+  bool site_writes_f16(int64_t rows, int64_t k, int64_t block) const {
+    if (site_f16_mode == 0 || rows < cuda::kGemmMinTokens || !cuda::site_f16_fits(k, block)) return false;
+    if (site_f16_mode == 2 && k / block > 8) return false;
+    if (cuda::gemm_kernel() != cuda::GemmKernel::f16 || cuda::gemm_f16_terms() != 1) return false;
+    for (const GemmSeen& g : gemm_seen)
+      if (g.k == k) return g.f16_min_t <= rows && rows > g.int8_max_t;
+    return false;
+  }
+  // cuda::site_f16 with the fp16 buffers grown; the caller reports the outputs (wrote), then
+  // calls site_f16_done.
+  void launch_site_f16(cuda::SiteF16Kind kind, cuda::SiteF16Args a, int64_t rows, int64_t k, int64_t block) {
+    grow(xh, static_cast<size_t>(rows) * (k / cuda::kBlockK) * cuda::kActBytes, "fp16 activation buffer");
+    grow(hscale, static_cast<size_t>(rows) * sizeof(float), "fp16 activation scales");
+    a.xh = xh.as<uint8_t>();
+    a.tscale = hscale.as<float>();
+    cuda::site_f16(kind, a, rows, k, block, stream);
+    check_launch("site (fp16 activation)");
+    ++site_f16_launches;
+  }
+  void site_f16_done(const float* rotated, int64_t rows, int64_t k) {
+    h_src = rotated;
+    h_rows = rows;
     h_k = k;
   }
   void reserve_quant(int64_t rows, int64_t k) {
