@@ -107,6 +107,33 @@ TEST(CudaGemmF16Select, DeclinesOtherKnobsGroupsAndInexactScales) {
   EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 2, 512, 132, true, cuda::GemmKernel::f16));
   EXPECT_FALSE(cuda::gemm_f16_launch(jobs, 1, 512, 132, false, cuda::GemmKernel::f16));
 }
+
+// The tokens per block of a launch: 256 only when asked for and its grid covers the SMs, else
+// 128 when that grid does, else 64.
+TEST(CudaGemmF16Select, BlockTokensFollowTheGrids) {
+  EXPECT_EQ(cuda::gemm_f16_block_tokens(256, 132, 264, 132), 256);
+  EXPECT_EQ(cuda::gemm_f16_block_tokens(256, 131, 262, 132), 128);
+  EXPECT_EQ(cuda::gemm_f16_block_tokens(128, 500, 1000, 132), 128);
+  EXPECT_EQ(cuda::gemm_f16_block_tokens(256, 60, 120, 132), 64);
+  EXPECT_EQ(cuda::gemm_f16_block_tokens(128, 66, 131, 132), 64);
+}
+
+// The model's choices, worked out by hand from its costs (gemm.cu, gemm_f16_model; 132 SMs, 27B
+// launches at t = 256): the FFN gate + up (272 row blocks, k = 5120) stays whole at 128 tokens (5
+// rounds x 40 = 200 units against 9 x 20 + 2 ranges' sums 56 + 3); the FFN down projection (40
+// row blocks, k = 17408) runs 3 ranges of 46 k-blocks at 128 tokens (2 rounds x 46 + 3 x 4.1 + 3
+// = 107.3 against 136 whole, 147.2 for 2 ranges, 121.3 for 4, and at 64 tokens 190.4 whole, 138.4
+// for 4 ranges); 20 tokens of it run 64 tokens per block (40 blocks either way: 0.7 x the cost).
+TEST(CudaGemmF16Select, ModelPicksTokensAndRanges) {
+  const auto a = cuda::gemm_f16_model(272, 256, 40, int64_t{256} * 34816, 132);
+  EXPECT_EQ(a.tokens, 128);
+  EXPECT_EQ(a.kb_per_split, 40);
+  const auto b = cuda::gemm_f16_model(40, 256, 136, int64_t{256} * 5120, 132);
+  EXPECT_EQ(b.tokens, 128);
+  EXPECT_EQ(b.kb_per_split, 46);
+  const auto c = cuda::gemm_f16_model(40, 20, 136, int64_t{20} * 5120, 132);
+  EXPECT_EQ(c.tokens, 64);
+}
 #endif
 
 }  // namespace
@@ -262,37 +289,48 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
       for (const int terms : {1, 2}) {
         auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes * terms));
         cuda::act_to_f16(dx, xh, ts, t, k, nullptr, terms);
-        for (const int tokens : {64, 128})
+        for (const int tokens : {64, 128, 256})
           for (const int ranges : {0, kRanges})
-            for (const int pipe : {0, 1}) {
-              if (pipe == 1 && terms == 2) continue;  // (two terms run 0)
-              cuda::TiledJobs run = jobs;
-              for (int j = 0; j < jobs.count; ++j) {
-                run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
-                cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
-              }
-              cuda::gemm_f16(run, xh, ts, t, k, sms_, partial, nullptr, ranges, tokens, terms, pipe);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              // (ranges 0: the plan's split, at most kb/4 ranges)
-              const int nr = ranges ? ranges : static_cast<int>(kb / 4 + 1);
-              for (int j = 0; j < jobs.count; ++j) {
-                const int64_t n = jobs.job[j].n;
-                std::vector<float> y(static_cast<size_t>(t) * n);
-                cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
-                size_t o = 0;
-                for (int i = 0; i < t; ++i)
-                  for (int64_t r = 0; r < n; r += step(j), ++o) {
-                    const double got = y[i * n + r], want = exact[j][o];
-                    ASSERT_NEAR(got, want, bounds[j][o].tol(k, terms, nr))
-                        << "k " << k << " t " << t << " terms " << terms << " pipe " << pipe << " tokens "
-                        << tokens << " ranges " << ranges << " job " << j << " token " << i << " row " << r;
-                    const F16Bound& bd = bounds[j][o];
-                    if (pipe == 0 && bd.mag > 0 && bd.act2 < bd.act1 / 64)  // (not where the floor dominates)
-                      sq[terms - 1] += std::pow((got - want) / bd.mag, 2);
-                    ++checked;
+            for (const int pipe : {0, 1})
+              for (const int stages : {4, 6})
+                for (const int persist : {0, 1}) {
+                  if (pipe == 1 && terms == 2) continue;  // (two terms run 0)
+                  if (tokens == 256 && (terms == 2 || pipe == 1 || stages == 6))
+                    continue;                                               // (run 128 / 0 / 3)
+                  if (stages == 6 && (terms == 2 || pipe == 1)) continue;   // (run 4)
+                  if (persist == 1 && (terms == 2 || pipe == 1)) continue;  // (run 0)
+                  cuda::TiledJobs run = jobs;
+                  for (int j = 0; j < jobs.count; ++j) {
+                    run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+                    cudaMemset(run.job[j].y, 0xff,
+                               static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
                   }
-              }
-            }
+                  cuda::gemm_f16(run, xh, ts, t, k, sms_, partial, nullptr, ranges, tokens, terms, pipe,
+                                 stages, persist);
+                  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                  // (ranges 0: the plan's split, at most kb/4 ranges)
+                  const int nr = ranges ? ranges : static_cast<int>(kb / 4 + 1);
+                  for (int j = 0; j < jobs.count; ++j) {
+                    const int64_t n = jobs.job[j].n;
+                    std::vector<float> y(static_cast<size_t>(t) * n);
+                    cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
+                    size_t o = 0;
+                    for (int i = 0; i < t; ++i)
+                      for (int64_t r = 0; r < n; r += step(j), ++o) {
+                        const double got = y[i * n + r], want = exact[j][o];
+                        ASSERT_NEAR(got, want, bounds[j][o].tol(k, terms, nr))
+                            << "k " << k << " t " << t << " terms " << terms << " pipe " << pipe << " tokens "
+                            << tokens << " stages " << stages << " persist " << persist << " ranges "
+                            << ranges << " job " << j << " token " << i << " row " << r;
+                        const F16Bound& bd = bounds[j][o];
+                        // (the same variants for both terms; not where the floor dominates)
+                        if (pipe == 0 && stages == 4 && tokens != 256 && persist == 0 && bd.mag > 0 &&
+                            bd.act2 < bd.act1 / 64)
+                          sq[terms - 1] += std::pow((got - want) / bd.mag, 2);
+                        ++checked;
+                      }
+                  }
+                }
       }
     }
   }

@@ -569,19 +569,30 @@ size_t scratch_for(const TiledJobs& jobs, int t, int kblocks, int sm_count, int 
   return splits > 1 ? static_cast<size_t>(splits) * p.out_start[kMaxJobs] : 0;
 }
 
+// Outputs of a launch over t tokens (t x Σ n_j).
+int64_t f16_outs(const TiledJobs& jobs, int t) {
+  int64_t outs = 0;
+  for (int j = 0; j < jobs.count; ++j) outs += static_cast<int64_t>(t) * jobs.job[j].n;
+  return outs;
+}
+
 }  // namespace
 
 size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count) {
   const int kblocks = static_cast<int>(k / kBlockK), span = token_span(kblocks);
   // Either kernel may run (the groups are not known here): room for every plan (mma.sync: 2
-  // slots of 64 tokens; wgmma: 1 slot of 64 or 128 tokens).
+  // slots of 64 tokens; wgmma: 1 slot of 64 or 128 tokens; f16: also 256).
   size_t s = 0;
   for (const auto& [slots, tokens] :
-       {std::pair{1, kGemmTokens}, std::pair{2, kGemmTokens}, std::pair{1, 128}}) {
+       {std::pair{1, kGemmTokens}, std::pair{2, kGemmTokens}, std::pair{1, 128}, std::pair{1, 256}}) {
     s = std::max(s, scratch_for(jobs, std::min(t, span), kblocks, sm_count, slots, tokens));
     if (t > span && t % span != 0)
       s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count, slots, tokens));
   }
+  // The fp16 GEMM's model (gemm_f16_model; one launch over all t tokens).
+  const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count);
+  const int splits = (kblocks + m.kb_per_split - 1) / m.kb_per_split;
+  if (splits > 1) s = std::max(s, static_cast<size_t>(splits) * static_cast<size_t>(f16_outs(jobs, t)));
   return s;
 }
 
@@ -692,51 +703,86 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 
 namespace {
 
-template <int NT, int TERMS, int PIPE>
-void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
-                  int kblocks, float* partial, cudaStream_t s) {
+template <int NT, int TERMS, int PIPE, int ST, int PERSIST>
+void run_gemm_f16_as(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
+                     int kblocks, int sm_count, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
   if (splits > 1) plan.partial = partial;
   // [t][kblocks·256·TERMS] bytes: the map of TERMS·kblocks records of 256 bytes per token
   const GemmTensorMaps maps = gemm_tensor_maps(xh, nullptr, t, TERMS * kblocks, 128, NT);
   CUtensorMap xmap;
   std::memcpy(&xmap, maps.act, sizeof xmap);
-  using S = GemmSmemF16<NT, TERMS>;
+  using S = GemmSmemF16<NT, TERMS, ST>;
   constexpr int smem = S::kBytes + S::kBars + 1024;  // + the mbarriers, alignment
   static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
-  const dim3 grid(static_cast<unsigned>((t + NT - 1) / NT), static_cast<unsigned>(plan.block_start[kMaxJobs]),
-                  static_cast<unsigned>(splits));
-  cudaFuncSetAttribute(gemm_f16_kernel<NT, TERMS, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  launch(gemm_f16_kernel<NT, TERMS, PIPE>, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
+  const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs];
+  // PERSIST: one block per SM walks the work items (at most one block per item).
+  const dim3 grid =
+      PERSIST ? dim3(static_cast<unsigned>(std::min(nx * ny * splits, sm_count)))
+              : dim3(static_cast<unsigned>(nx), static_cast<unsigned>(ny), static_cast<unsigned>(splits));
+  constexpr auto kernel = gemm_f16_kernel<NT, TERMS, PIPE, ST, PERSIST>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  launch(kernel, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
   if (splits > 1)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
+}
+
+// The persistent kernel for one term and PIPE 0 (gemm_f16_pipe's default) only.
+template <int NT, int TERMS, int PIPE, int ST = kF16Stages<NT, TERMS>>
+void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
+                  int kblocks, int sm_count, bool persist, float* partial, cudaStream_t s) {
+  if constexpr (TERMS == 1 && PIPE == 0)
+    if (persist)
+      return run_gemm_f16_as<NT, 1, 0, ST, 1>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
+  run_gemm_f16_as<NT, TERMS, PIPE, ST, 0>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
 }
 
 }  // namespace
 
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
-              float* partial, cudaStream_t s, int ranges, int tokens, int terms, int pipe) {
+              float* partial, cudaStream_t s, int ranges, int tokens, int terms, int pipe, int stages,
+              int persist) {
   if (t <= 0) return;
   if (terms == 0) terms = gemm_f16_terms();
   const int kblocks = static_cast<int>(k / kBlockK);
-  // 128 tokens per block where that grid covers the SMs (gemm_wg_block_tokens), else 64; one
-  // block per SM, so the split plan prices rounds with one slot (as the wgmma producer kernel).
-  if (tokens == 0) tokens = gemm_wg_block_tokens(128, gemm_grid(jobs, t, 128), sm_count);
+  // gemm_f16_tokens() 0 (the default): tokens and k ranges by gemm_f16_model. 128 or 256:
+  // through gemm_f16_block_tokens (256 tokens per block where that grid covers the SMs, one term
+  // only, else 128 where that grid does, else 64) and plan_gemm with one slot per SM.
+  int kbps = 0;
+  if (tokens == 0 && gemm_f16_tokens() == 0) {
+    const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count);
+    tokens = m.tokens;
+    kbps = m.kb_per_split;
+  }
+  if (tokens == 0)
+    tokens = gemm_f16_block_tokens(terms == 1 ? gemm_f16_tokens() : 128, gemm_grid(jobs, t, 256),
+                                   gemm_grid(jobs, t, 128), sm_count);
   GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, 1, tokens);
+  if (kbps > 0) p.kb_per_split = kbps;
   if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
   if (pipe < 0) pipe = gemm_f16_pipe();
-  if (tokens == 128 && terms == 2)
-    run_gemm_f16<128, 2, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
-  else if (tokens == 128 && pipe == 1)
-    run_gemm_f16<128, 1, 1>(p, jobs, xh, tscale, t, kblocks, partial, s);
-  else if (tokens == 128)
-    run_gemm_f16<128, 1, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+  if (stages == 0) stages = gemm_f16_stages();
+  const bool st6 = stages == 6 && terms == 1 && pipe == 0;  // (the deeper ring: one term, PIPE 0)
+  if (persist < 0) persist = gemm_f16_persist();
+  const bool ps = persist == 1;
+  if (tokens == 256 && terms == 1)
+    run_gemm_f16<256, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+  else if (tokens >= 128 && terms == 2)
+    run_gemm_f16<128, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+  else if (tokens >= 128 && st6)
+    run_gemm_f16<128, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+  else if (tokens >= 128 && pipe == 1)
+    run_gemm_f16<128, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+  else if (tokens >= 128)
+    run_gemm_f16<128, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
   else if (terms == 2)
-    run_gemm_f16<64, 2, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+    run_gemm_f16<64, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+  else if (st6)
+    run_gemm_f16<64, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
   else if (pipe == 1)
-    run_gemm_f16<64, 1, 1>(p, jobs, xh, tscale, t, kblocks, partial, s);
+    run_gemm_f16<64, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
   else
-    run_gemm_f16<64, 1, 0>(p, jobs, xh, tscale, t, kblocks, partial, s);
+    run_gemm_f16<64, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
 }
 
 }  // namespace bonsai::cuda

@@ -111,6 +111,32 @@ int gemm_f16_terms();
 // k-block's wgmmas waited for before the next are issued) or 1 (one batch kept in flight),
 // BONSAI_CUDA_GEMM_F16_PIPE (any other value is an error). Read once per process.
 int gemm_f16_pipe();
+// The fp16 GEMM's tokens per block asked for (gemm_f16.cuh, NT): 0 (`model`, the default:
+// gemm_f16_model picks 64 or 128 tokens and the k ranges), 128 (the grid rule: 128, 64 where the
+// grid of 128-token blocks does not cover the SMs; k ranges by plan_gemm) or 256 (m64n256k16,
+// 128 accumulators per consumer thread, 3 stages; where the grid of 256-token blocks covers the
+// SMs, one term only, else as 128), BONSAI_CUDA_GEMM_F16_TOKENS (any other value is an error).
+// Read once per process.
+int gemm_f16_tokens();
+// The tokens per block and k-blocks per range of an fp16 GEMM launch by a model of its rounds
+// (one block per SM; 64 or 128 tokens, 1 to 16 ranges; BONSAI_CUDA_GEMM_F16_TOKENS unset or
+// `model`): rowblocks = 128-row blocks of the launch's weights, outs = t x Σ n_j.
+struct GemmF16Shape {
+  int tokens, kb_per_split;
+};
+GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count);
+// The tokens per block of a launch asked for `tokens` (gemm_f16_tokens()), given its grids of
+// 256- and 128-token blocks.
+int gemm_f16_block_tokens(int tokens, int grid256, int grid128, int sm_count);
+// The fp16 GEMM's ring depth for 64 or 128 tokens per block: 4 (the default) or 6 (one term,
+// PIPE 0 only; 256 tokens always run 3), BONSAI_CUDA_GEMM_F16_STAGES (any other value is an
+// error). Read once per process.
+int gemm_f16_stages();
+// The fp16 GEMM's grid: 1 (the default; persistent: one block per SM walks the work items,
+// token block x row block x k range, its ring running on across them; one term, PIPE 0 only) or
+// 0 (one block per item), BONSAI_CUDA_GEMM_F16_PERSIST (any other value is an error). Read once
+// per process.
+int gemm_f16_persist();
 // Whether a launch of these jobs over t tokens runs gemm_f16: `kernel` f16 (the default on compute
 // capability 9.0, or BONSAI_CUDA_GEMM=f16),
 // 128-column groups, every weight's scales exact in fp16 (all_scales_ok: f16_scale_ok at upload),
@@ -120,10 +146,13 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
                      GemmKernel kernel = gemm_kernel());
 // y_j = x · W_jᵀ from act_to_f16's output; partial: gemm_tiled_scratch floats (split-K ranges,
 // summed in a fixed order). ranges > 0 (tests): that many k ranges (`partial` must hold ranges x t
-// x Σ n_j floats); tokens (tests): 64 or 128 per block on every launch; 0: 128 where the grid of
-// 128-token blocks covers the SMs, else 64. terms: act_to_f16's (0: gemm_f16_terms()); pipe
-// (tests): 0 or 1 (-1: gemm_f16_pipe(); two terms run 0).
+// x Σ n_j floats); tokens (tests): 64, 128 or 256 per block on every launch (256 with two terms
+// runs 128); 0: gemm_f16_model, or gemm_f16_block_tokens of gemm_f16_tokens() where that is 128
+// or 256. terms: act_to_f16's (0: gemm_f16_terms()); pipe (tests): 0 or 1 (-1: gemm_f16_pipe();
+// two terms and 256 tokens run 0); stages (tests): 4 or 6 (0: gemm_f16_stages()); persist
+// (tests): 0 or 1 (-1: gemm_f16_persist()).
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
-              float* partial, cudaStream_t s, int ranges = 0, int tokens = 0, int terms = 0, int pipe = -1);
+              float* partial, cudaStream_t s, int ranges = 0, int tokens = 0, int terms = 0, int pipe = -1,
+              int stages = 0, int persist = -1);
 
 }  // namespace bonsai::cuda

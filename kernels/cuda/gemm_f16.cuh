@@ -11,7 +11,7 @@
 // Σ_j |w_j|·(2^-11·|x_j| + 2^-25·2^e), plus the fp32 accumulation (docs/performance.md,
 // "Prefill GEMM", session 6; tests/test_backend_cuda_gemm_f16.cpp derives its tolerance so).
 //
-// Block: 128 weight rows x NT tokens (64 or 128), two consumer warpgroups of 64 rows and a
+// Block: 128 weight rows x NT tokens (64, 128 or 256), two consumer warpgroups of 64 rows and a
 // producer warpgroup whose warp 0 feeds a ring of kF16Stages (4) k-blocks: lanes 0-7 one
 // `cp.async.bulk` each of a stored 544-byte chunk (the tiled weight as uploaded), lanes 8-9 one
 // TMA box each of 128 bytes x NT tokens of the fp16 activation with the 128-byte swizzle (a
@@ -32,6 +32,15 @@
 // no flush. Per element |x - x̃| <= 2^-22·|x| + 2^-25·2^e (~22-bit activations, finer than the
 // int8 kernels' hi/lo block quantization) at twice the tensor work; 4 TMA boxes per stage, and
 // with 128 tokens per block 3 stages (68 KB each).
+//
+// Work items and grid (round 2): an item is token block x row block x k range. PERSIST = 1
+// (BONSAI_CUDA_GEMM_F16_PERSIST, the default): one block per SM walks items blockIdx.x,
+// + gridDim.x, ...; producer and consumers count k-blocks across items, so the ring runs on and
+// the next item's first stages load during this item's last wgmmas and epilogue (no block
+// start, barrier set-up or cold ring per item). Each item's wgmma sequence is the same as with
+// PERSIST = 0 (one block per item): the outputs are bit-identical for the same plan. NT = 256
+// (m64n256k16, 128 fp32 accumulators per consumer thread, 3 stages of 69 KB) and 6 stages are
+// measurement knobs (slower on the H200; docs/performance.md).
 #pragma once
 
 #include "kernels/cuda/gemm_f16_layout.h"
@@ -39,9 +48,11 @@
 namespace bonsai::cuda {
 namespace {
 
-// Ring depth: 4 stages, 3 for two terms of 128 tokens (4 x 68 KB would not fit).
+// Ring depth (the default): 4 stages; 3 for two terms of 128 tokens (4 x 68 KB would not fit) and
+// for 256 tokens (stages of 69 KB). BONSAI_CUDA_GEMM_F16_STAGES=6 (one term of 64 or 128 tokens:
+// 6 x 37 KB) asks for a deeper ring (gemm_f16 passes ST).
 template <int NT, int TERMS>
-constexpr int kF16Stages = TERMS == 2 && NT == 128 ? 3 : 4;
+constexpr int kF16Stages = (TERMS == 2 && NT == 128) || NT == 256 ? 3 : 4;
 
 #if BONSAI_WGMMA
 // d[32] += a (f16, registers) x desc (f16, shared memory, K-major): m64n64k16, fp32 accumulators.
@@ -81,12 +92,49 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[64], const uint3
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
 }
+
+// d[128] += a (f16, registers) x desc (f16, shared memory, K-major): m64n256k16, fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+        "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+        "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+        "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+        "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
 #endif
 
 template <int NT>
 __device__ __forceinline__ void wgmma_f16(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
 #if BONSAI_WGMMA
-  if constexpr (NT == 128)
+  if constexpr (NT == 256)
+    wgmma_m64n256k16_f16(d, a, desc);
+  else if constexpr (NT == 128)
     wgmma_m64n128k16_f16(d, a, desc);
   else
     wgmma_m64n64k16_f16(d, a, desc);
@@ -105,9 +153,9 @@ __device__ __forceinline__ uint32_t f16_weight_pair(uint32_t v, __half2 d) {
 // The stages: the activation first (2·TERMS regions of NT tokens x 128 bytes, 1024-byte aligned
 // for the 128-byte swizzle), then the 8 stored chunks; padded to a multiple of 1024 bytes. Then
 // the full and empty mbarriers.
-template <int NT, int TERMS>
+template <int NT, int TERMS, int ST = kF16Stages<NT, TERMS>>
 struct GemmSmemF16 {
-  static constexpr int kST = kF16Stages<NT, TERMS>;
+  static constexpr int kST = ST;
   static constexpr int kCB = kCodeBytes + 32;  // one stored chunk (128-column groups)
   static constexpr int kW = 8 * kCB;
   static constexpr int kX = TERMS * NT * kActBytes;
@@ -123,34 +171,54 @@ struct GemmSmemF16 {
 // wgmmas waited for before the next are issued (the other consumer warpgroup's fill the gap);
 // 1, one batch kept in flight (wait_group 1; the A registers of k-block i + 1 decoded into those
 // of i - 1 once it completed).
-template <int NT, int TERMS, int PIPE>
+template <int NT, int TERMS, int PIPE, int ST, int PERSIST>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_f16_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                     const float* __restrict__ tscale, int t, int kblocks) {
 #if BONSAI_WGMMA
-  using S = GemmSmemF16<NT, TERMS>;
+  using S = GemmSmemF16<NT, TERMS, ST>;
   constexpr int kST = S::kST;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_trigger();
   constexpr int kRA = NT / 2;  // accumulators per thread (64 rows x NT tokens / 128)
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2,
             tg = lane & 3;
-  const int tok0 = blockIdx.x * NT;
-  const int rb = blockIdx.y;
-  TiledJob job = jobs.job[0];
-  int tiles = plan.tiles[0], bstart = 0;
-  int64_t out0 = 0;
+  // The work items: token block x row block x k range, x fastest (the launch order of a full
+  // grid). PERSIST 0: the grid is that, one item per block; 1: a block per SM (gridDim.x) walks
+  // items blockIdx.x, + gridDim.x, ...: the ring runs on across items, so the next item's first
+  // stages load during this one's last wgmmas and epilogue.
+  const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs];
+  const int nz = (kblocks + plan.kb_per_split - 1) / plan.kb_per_split, total = nx * ny * nz;
+  const int item0 = PERSIST ? static_cast<int>(blockIdx.x)
+                            : static_cast<int>(blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z));
+  const int stride = PERSIST ? static_cast<int>(gridDim.x) : total;
+  struct Item {
+    TiledJob job;
+    int tiles, tile0, tok0, kb0, n, bz;
+    int64_t out0;
+  };
+  auto item = [&](int it) {
+    Item m;
+    const int rb = (it / nx) % ny;
+    m.bz = it / (nx * ny);
+    m.tok0 = (it % nx) * NT;
+    m.job = jobs.job[0];
+    m.tiles = plan.tiles[0];
+    m.out0 = 0;
+    int bstart = 0;
 #pragma unroll
-  for (int i = 1; i < kMaxJobs; ++i)
-    if (i < jobs.count && rb >= plan.block_start[i]) {
-      job = jobs.job[i];
-      tiles = plan.tiles[i];
-      bstart = plan.block_start[i];
-      out0 = plan.out_start[i];
-    }
-  const int kb0 = blockIdx.z * plan.kb_per_split, kb1 = min(kblocks, kb0 + plan.kb_per_split);
-  const int n = kb1 - kb0;
-  const int tile0 = (rb - bstart) * kBlockTiles;
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i < jobs.count && rb >= plan.block_start[i]) {
+        m.job = jobs.job[i];
+        m.tiles = plan.tiles[i];
+        bstart = plan.block_start[i];
+        m.out0 = plan.out_start[i];
+      }
+    m.kb0 = m.bz * plan.kb_per_split;
+    m.n = min(kblocks, m.kb0 + plan.kb_per_split) - m.kb0;
+    m.tile0 = (rb - bstart) * kBlockTiles;
+    return m;
+  };
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem)),
                  spad = (1024u - (sraw & 1023u)) & 1023u;
   const uint32_t sbase = sraw + spad;
@@ -167,31 +235,39 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     setmaxnreg_dec<40>();
     if (w != 0) return;
     constexpr uint32_t kTx = S::kW + S::kX;
-    const int ti = lane < kBlockTiles && tile0 + lane < tiles ? lane : 0;
-    const uint8_t* wsrc = job.w + static_cast<size_t>(tile0 + ti) * kblocks * S::kCB;
-    auto load_w = [&](int i) {
-      const uint32_t slot = i % kST, bar = full0 + 8 * slot;
-      if (lane == 0) mbar_arrive_expect_tx(bar, kTx);
-      __syncwarp();
-      if (lane < kBlockTiles)
-        bulk_g2s(sbase + slot * S::kStage + S::kOffW + lane * S::kCB,
-                 wsrc + static_cast<size_t>(kb0 + i) * S::kCB, S::kCB, bar);
-    };
-    auto load_x = [&](int i) {
-      const uint32_t slot = i % kST, bar = full0 + 8 * slot;
-      const int r = lane - kBlockTiles;  // region r: bytes [128r, 128r + 128) of the k-block's record
-      if (r >= 0 && r < 2 * TERMS)
-        tma_g2s_2d(sbase + slot * S::kStage + S::kOffX + r * NT * 128, &xmap,
-                   (kb0 + i) * (TERMS * kActBytes) + 128 * r, tok0, bar);
-    };
-    const int first = min(n, kST);
-    for (int i = 0; i < first; ++i) load_w(i);
-    pdl_wait();  // the activation is the previous kernel's output
-    for (int i = 0; i < first; ++i) load_x(i);
-    for (int i = kST; i < n; ++i) {
-      mbar_wait(empty0 + 8 * (i % kST), ((i / kST) - 1) & 1);
-      load_w(i);
-      load_x(i);
+    int c = 0;  // k-blocks loaded so far: ring slot c % kST, pass c / kST
+    for (int it = item0; it < total; it += stride) {
+      const Item m = item(it);
+      const int ti = lane < kBlockTiles && m.tile0 + lane < m.tiles ? lane : 0;
+      const uint8_t* wsrc = m.job.w + static_cast<size_t>(m.tile0 + ti) * kblocks * S::kCB;
+      auto load_w = [&](int i) {
+        const uint32_t slot = (c + i) % kST, bar = full0 + 8 * slot;
+        if (lane == 0) mbar_arrive_expect_tx(bar, kTx);
+        __syncwarp();
+        if (lane < kBlockTiles)
+          bulk_g2s(sbase + slot * S::kStage + S::kOffW + lane * S::kCB,
+                   wsrc + static_cast<size_t>(m.kb0 + i) * S::kCB, S::kCB, bar);
+      };
+      auto load_x = [&](int i) {
+        const uint32_t slot = (c + i) % kST, bar = full0 + 8 * slot;
+        const int r = lane - kBlockTiles;  // region r: bytes [128r, 128r + 128) of the k-block's record
+        if (r >= 0 && r < 2 * TERMS)
+          tma_g2s_2d(sbase + slot * S::kStage + S::kOffX + r * NT * 128, &xmap,
+                     (m.kb0 + i) * (TERMS * kActBytes) + 128 * r, m.tok0, bar);
+      };
+      int i = 0;
+      if (c == 0) {  // the first item: its first stages' weights before the activation is ready
+        const int first = min(m.n, kST);
+        for (; i < first; ++i) load_w(i);
+        pdl_wait();  // the activation is the previous kernel's output
+        for (int j = 0; j < first; ++j) load_x(j);
+      }
+      for (; i < m.n; ++i) {
+        if (c + i >= kST) mbar_wait(empty0 + 8 * ((c + i) % kST), (((c + i) / kST) - 1) & 1);
+        load_w(i);
+        load_x(i);
+      }
+      c += m.n;
     }
     return;
   }
@@ -206,83 +282,89 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   constexpr uint32_t kRegion = NT * 128 / 16;
   pdl_wait();  // (the output may still be read by the previous kernel)
   const int tile = wg * 4 + w;
-  float acc[kRA];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
+  int c = 0;  // k-blocks consumed so far (the producer's count)
+  for (int it = item0; it < total; it += stride) {
+    const Item m = item(it);
+    const int n = m.n;
+    float acc[kRA];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
 #pragma unroll
-  for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
-  uint32_t a[2][8][4];               // A registers of two k-blocks: [set][k-step][register]
-  auto prep = [&](int i, int set) {  // wait for k-block i's stage, decode its A registers
-    const int slot = i % kST;
-    mbar_wait(full0 + 8 * slot, (i / kST) & 1);
-    const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
-    const uint4 cw = *reinterpret_cast<const uint4*>(chunk + lane * 16);
-    const uint32_t sw = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);  // {d(g), d(g + 8)}
-    const __half2 dd = *reinterpret_cast<const __half2*>(&sw);
-    const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};
-    const uint32_t wd[4] = {cw.x, cw.y, cw.z, cw.w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        a[set][j][r] = f16_weight_pair(wd[j >> 1] >> f16_code_shift(j, r), d[r & 1]);
-  };
-  auto launch_mma = [&](int i, int set) {
-    wgmma_fence();
-    const uint32_t dlo = dlo0 + (i % kST) * (S::kStage / 16);
-#pragma unroll
-    for (int u = 0; u < TERMS; ++u)
+    for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
+    uint32_t a[2][8][4];               // A registers of two k-blocks: [set][k-step][register]
+    auto prep = [&](int i, int set) {  // wait for k-block i's stage, decode its A registers
+      const int slot = (c + i) % kST;
+      mbar_wait(full0 + 8 * slot, ((c + i) / kST) & 1);
+      const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
+      const uint4 cw = *reinterpret_cast<const uint4*>(chunk + lane * 16);
+      const uint32_t sw = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);  // {d(g), d(g + 8)}
+      const __half2 dd = *reinterpret_cast<const __half2*>(&sw);
+      const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};
+      const uint32_t wd[4] = {cw.x, cw.y, cw.z, cw.w};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        wgmma_f16<NT>(acc, a[set][j], kDescHi | (dlo + (2 * u + (j >> 2)) * kRegion + (j & 3) * 2));
-    wgmma_commit();
-  };
-  auto release = [&](int i) {  // k-block i's wgmmas are complete: every read of its stage is done
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kST));
-  };
-  if (n > 0) prep(0, 0);
-  if constexpr (PIPE == 0) {  // k-block i + 1 decoded while i's wgmmas run, then wait for them
-    for (int i = 0; i < n; ++i) {
-      launch_mma(i, 0);
-      if (i + 1 < n) prep(i + 1, 1);
-      wgmma_wait<0>();
-      release(i);
-      if (++i >= n) break;
-      launch_mma(i, 1);
-      if (i + 1 < n) prep(i + 1, 0);
-      wgmma_wait<0>();
-      release(i);
-    }
-  } else {  // one batch stays in flight: k-block i is issued before i - 1 is waited for
-    for (int i = 0; i < n; ++i) {
-      launch_mma(i, 0);
-      wgmma_wait<1>();  // k-block i - 1 done: its slot and its A registers (set 1) are free
-      if (i > 0) release(i - 1);
-      if (i + 1 < n) prep(i + 1, 1);
-      if (++i >= n) break;
-      launch_mma(i, 1);
-      wgmma_wait<1>();
-      release(i - 1);
-      if (i + 1 < n) prep(i + 1, 0);
-    }
-    wgmma_wait<0>();
-    if (n > 0) release(n - 1);
-  }
-
-  float* out = job.y;
-  if (gridDim.z > 1) out = plan.partial + blockIdx.z * plan.out_start[kMaxJobs] + out0;
 #pragma unroll
-  for (int q = 0; q < NT / 8; ++q)
+        for (int r = 0; r < 4; ++r)
+          a[set][j][r] = f16_weight_pair(wd[j >> 1] >> f16_code_shift(j, r), d[r & 1]);
+    };
+    auto launch_mma = [&](int i, int set) {
+      wgmma_fence();
+      const uint32_t dlo = dlo0 + ((c + i) % kST) * (S::kStage / 16);
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int tok = tok0 + 8 * q + 2 * tg + c;
-      if (tok >= t) continue;
-      const float sc = __ldg(tscale + tok);  // 2^e: exact
+      for (int u = 0; u < TERMS; ++u)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = (tile0 + tile) * kTileRows + g + 8 * r;
-        if (row < job.n) out[static_cast<size_t>(tok) * job.n + row] = acc[4 * q + 2 * r + c] * sc;
+        for (int j = 0; j < 8; ++j)
+          wgmma_f16<NT>(acc, a[set][j], kDescHi | (dlo + (2 * u + (j >> 2)) * kRegion + (j & 3) * 2));
+      wgmma_commit();
+    };
+    auto release = [&](int i) {  // k-block i's wgmmas are complete: every read of its stage is done
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * ((c + i) % kST));
+    };
+    if (n > 0) prep(0, 0);
+    if constexpr (PIPE == 0) {  // k-block i + 1 decoded while i's wgmmas run, then wait for them
+      for (int i = 0; i < n; ++i) {
+        launch_mma(i, 0);
+        if (i + 1 < n) prep(i + 1, 1);
+        wgmma_wait<0>();
+        release(i);
+        if (++i >= n) break;
+        launch_mma(i, 1);
+        if (i + 1 < n) prep(i + 1, 0);
+        wgmma_wait<0>();
+        release(i);
       }
+    } else {  // one batch stays in flight: k-block i is issued before i - 1 is waited for
+      for (int i = 0; i < n; ++i) {
+        launch_mma(i, 0);
+        wgmma_wait<1>();  // k-block i - 1 done: its slot and its A registers (set 1) are free
+        if (i > 0) release(i - 1);
+        if (i + 1 < n) prep(i + 1, 1);
+        if (++i >= n) break;
+        launch_mma(i, 1);
+        wgmma_wait<1>();
+        release(i - 1);
+        if (i + 1 < n) prep(i + 1, 0);
+      }
+      wgmma_wait<0>();
+      if (n > 0) release(n - 1);
     }
+    c += n;
+
+    float* out = m.job.y;
+    if (nz > 1) out = plan.partial + m.bz * plan.out_start[kMaxJobs] + m.out0;
+#pragma unroll
+    for (int q = 0; q < NT / 8; ++q)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = m.tok0 + 8 * q + 2 * tg + e;
+        if (tok >= t) continue;
+        const float sc = __ldg(tscale + tok);  // 2^e: exact
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = (m.tile0 + tile) * kTileRows + g + 8 * r;
+          if (row < m.job.n) out[static_cast<size_t>(tok) * m.job.n + row] = acc[4 * q + 2 * r + e] * sc;
+        }
+      }
+  }
 #else
   __trap();  // gemm.cu selects this kernel only on compute capability 9.0 (the sm_90a build)
 #endif

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +105,75 @@ int gemm_f16_pipe() {
     fail("BONSAI_CUDA_GEMM_F16_PIPE: '{}' is not a consumer pipelining of the fp16 GEMM (0 or 1)", v);
   }();
   return pipe;
+}
+
+GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count) {
+  // A launch takes rounds x kb_per_split x the per-k-block time of an item (round 2, H200: ~0.85
+  // µs at 128 tokens, the unit here; 64 tokens taken as 0.7 of it: half the MACs, the same
+  // decode and waits), plus, with k ranges, each range's partial sums written and read (8 bytes
+  // per output at ~3 TB/s: 2.55 MB per unit) and the reduce launch (~3 units). A candidate
+  // replaces the best only for a clear gain (3 %): 128 tokens and fewer ranges first.
+  GemmF16Shape best{128, kblocks};
+  double best_cost = -1;
+  const int max_splits = std::max(1, kblocks / 4);
+  for (const int tk : {128, 64}) {
+    const double unit = tk == 128 ? 1.0 : 0.7;
+    const int64_t grid = static_cast<int64_t>(rowblocks) * ((t + tk - 1) / tk);
+    for (int sp = 1; sp <= std::min(16, max_splits); ++sp) {
+      const int kbps = (kblocks + sp - 1) / sp, real = (kblocks + kbps - 1) / kbps;
+      const int64_t rounds = (grid * real + sm_count - 1) / sm_count;
+      const double cost = static_cast<double>(rounds) * kbps * unit +
+                          (real > 1 ? real * 8.0 * static_cast<double>(outs) / 2.55e6 + 3.0 : 0.0);
+      if (best_cost < 0 || cost < best_cost * 0.97) {
+        best = {tk, kbps};
+        best_cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+int gemm_f16_block_tokens(int tokens, int grid256, int grid128, int sm_count) {
+  if (tokens == 256 && grid256 >= sm_count) return 256;
+  return gemm_wg_block_tokens(128, grid128, sm_count);
+}
+
+int gemm_f16_tokens() {
+  static const int tokens = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TOKENS");
+    const std::string_view v = e ? e : "";
+    // Default `model` (H200, pp512 6714.04 / 6724.39 against 6320.08 / 6310.37 with 128, the
+    // grid rule, alternated; docs/performance.md, "Prefill GEMM", session 6, round 2).
+    if (v.empty() || v == "model") return 0;
+    if (v == "128") return 128;
+    if (v == "256") return 256;
+    fail("BONSAI_CUDA_GEMM_F16_TOKENS: '{}' is not a token rule of the fp16 GEMM (128, 256 or model)", v);
+  }();
+  return tokens;
+}
+
+int gemm_f16_stages() {
+  static const int stages = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_STAGES");
+    const std::string_view v = e ? e : "";
+    if (v.empty() || v == "4") return 4;
+    if (v == "6") return 6;
+    fail("BONSAI_CUDA_GEMM_F16_STAGES: '{}' is not a ring depth of the fp16 GEMM (4 or 6)", v);
+  }();
+  return stages;
+}
+
+int gemm_f16_persist() {
+  static const int persist = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_PERSIST");
+    const std::string_view v = e ? e : "";
+    // Default 1 (H200, pp512 6301.73 / 6292.98 against 5988.60 / 5974.98 with 0, alternated;
+    // docs/performance.md, "Prefill GEMM", session 6, round 2).
+    if (v.empty() || v == "1") return 1;
+    if (v == "0") return 0;
+    fail("BONSAI_CUDA_GEMM_F16_PERSIST: '{}' is not a grid of the fp16 GEMM (0 or 1)", v);
+  }();
+  return persist;
 }
 
 int gemm_wg_swizzle() {
