@@ -169,6 +169,8 @@ TEST_F(TextCli, UsageErrorsExit2) {
       {"run" + m() + "-n -2 -p hi", "-n"},
       {"run" + m() + "-c -1 -p hi", "-c"},
       {"run" + m() + "-t -1 -p hi", "-t"},
+      {"run" + m() + "-ub -1 -p hi", "-ub/--ubatch-size"},
+      {"run" + m() + "--ubatch-size 5000 -p hi", "[1, 4096]"},
       {"run" + m() + "-s -5 -p hi", "--seed"},
       {"run" + m() + "--top-p 1.5 -p hi", "--top-p"},
       {"run" + m() + "--min-p -1 -p hi", "--min-p"},

@@ -1,5 +1,5 @@
 // bonsai bench — llama-bench-shaped throughput measurement.
-//   bonsai bench -m M.gguf [-p 512] [-n 128] [-r 5] [-t 1,2] [--path fast] [-o md|json|csv]
+//   bonsai bench -m M.gguf [-p 512] [-n 128] [-r 5] [-t 1,2] [-ub 256,512] [--path fast] [-o md|json|csv]
 // Each (model, path, threads, test) runs r repetitions after one warm-up; t/s is
 // mean ± sample std. Decode rows also give the weight bytes streamed per second
 // (bytes read per token × t/s) and that as a fraction of this machine's read
@@ -28,6 +28,7 @@ struct BenchCli {
   std::vector<int> n_gen{128};
   int reps = 5;
   std::vector<int> threads;
+  std::vector<int> ubatch{0};  // prompt tokens per batched forward step; 0 = the backend's choice
   std::vector<std::string> paths{"auto"};
   std::string output = "md";
   bool no_bandwidth = false;
@@ -45,7 +46,8 @@ struct Row {
   std::string model, path, test;
   uint64_t size = 0, params = 0;
   int threads = 0;
-  double mean = 0, std = 0;       // tokens per second
+  int ubatch = 0;                      // the session's prefill chunk (pp tests)
+  double mean = 0, std = 0;            // tokens per second
   double weight_gbs = 0, bw_frac = 0;  // decode only
 };
 
@@ -55,8 +57,10 @@ uint64_t bytes_per_token(const Model& m) {
   uint64_t b = 0;
   const bool tied = m.config().tied_output;
   for (const auto& t : m.file().tensors()) {
-    if (t.name == "token_embd.weight" && !tied) b += t.nbytes / std::max<uint64_t>(1, t.dim(1));
-    else b += t.nbytes;
+    if (t.name == "token_embd.weight" && !tied)
+      b += t.nbytes / std::max<uint64_t>(1, t.dim(1));
+    else
+      b += t.nbytes;
   }
   return b;
 }
@@ -76,6 +80,12 @@ void run(const BenchCli& o) {
   std::vector<int> threads = o.threads.empty() ? std::vector<int>{default_thread_count()} : o.threads;
   for (int t : threads)
     if (t < 1 || t > 1024) usage_fail("-t/--threads values must be in [1, 1024] (got {})", t);
+  if (o.ubatch.empty()) usage_fail("-ub/--ubatch-size needs at least one value");
+  for (int u : o.ubatch)
+    if (u < 0 || u > 4096)
+      usage_fail("-ub/--ubatch-size values must be in [1, 4096], or 0 for the backend's choice (got {})", u);
+  // The n_ubatch column only when asked for (as llama-bench shows non-default parameters).
+  const bool show_ub = o.ubatch.size() > 1 || o.ubatch[0] != 0;
   if (o.output != "md" && o.output != "json" && o.output != "csv")
     usage_fail("-o/--output must be md, json or csv (got '{}')", o.output);
 
@@ -96,103 +106,123 @@ void run(const BenchCli& o) {
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.n_vocab) - 1);
     for (const auto& p : o.paths)
-      for (int nt : threads) {
-        struct Test {
-          std::string name;
-          int n;
-          bool prompt;
-        };
-        std::vector<Test> tests;
-        for (int n : o.n_prompt)
-          if (n > 0) tests.push_back({fmt::format("pp{}", n), n, true});
-        for (int n : o.n_gen)
-          if (n > 0) tests.push_back({fmt::format("tg{}", n), n, false});
-        int max_n = 1;
-        for (const auto& t : tests) max_n = std::max(max_n, t.n);
-        SessionOptions so;
-        so.path = p;
-        so.n_threads = nt;
-        so.n_ctx = max_n + 1;
-        Session s(*model, so);
-        for (const auto& t : tests) {
-          std::vector<int32_t> toks(static_cast<size_t>(t.n));
-          for (auto& x : toks) x = tok(rng);
-          auto once = [&] {
-            s.reset();
-            auto t0 = std::chrono::steady_clock::now();
-            if (t.prompt) s.prefill(toks);
-            else if (o.full_logits)
-              for (int32_t x : toks) s.decode(x);
-            else  // each step as greedy decoding runs it: only the argmax crosses to the host
-              for (int32_t x : toks) s.decode_top_k(x, 1);
-            return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (int nt : threads)
+        for (size_t ui = 0; ui < o.ubatch.size(); ++ui) {
+          // Every -ub value runs the pp tests; the tg tests (one token per step) only with the first.
+          struct Test {
+            std::string name;
+            int n;
+            bool prompt;
           };
-          fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, t.name);
-          std::fflush(stderr);
-          once();
-          std::vector<double> tps;
-          for (int r = 0; r < o.reps; ++r) {
-            tps.push_back(t.n / once());
-            fmt::print(stderr, " {:.2f}", tps.back());
+          std::vector<Test> tests;
+          for (int n : o.n_prompt)
+            if (n > 0) tests.push_back({fmt::format("pp{}", n), n, true});
+          for (int n : o.n_gen)
+            if (n > 0 && ui == 0) tests.push_back({fmt::format("tg{}", n), n, false});
+          int max_n = 1;
+          for (const auto& t : tests) max_n = std::max(max_n, t.n);
+          SessionOptions so;
+          so.path = p;
+          so.n_threads = nt;
+          so.n_ctx = max_n + 1;
+          so.prefill_chunk = o.ubatch[ui];
+          Session s(*model, so);
+          for (const auto& t : tests) {
+            std::vector<int32_t> toks(static_cast<size_t>(t.n));
+            for (auto& x : toks) x = tok(rng);
+            auto once = [&] {
+              s.reset();
+              auto t0 = std::chrono::steady_clock::now();
+              if (t.prompt)
+                s.prefill(toks);
+              else if (o.full_logits)
+                for (int32_t x : toks) s.decode(x);
+              else  // each step as greedy decoding runs it: only the argmax crosses to the host
+                for (int32_t x : toks) s.decode_top_k(x, 1);
+              return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            };
+            fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, t.name);
             std::fflush(stderr);
-          }
-          fmt::print(stderr, " t/s\n");
-          Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
-          for (double v : tps) row.mean += v / tps.size();
-          for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
-          row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
-          if (!t.prompt) {
-            row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
-            row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
-          }
-          rows.push_back(row);
-          if (o.profile && !t.prompt) {
-            // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
-            SessionOptions po = so;
-            po.profile = true;
-            Session ps(*model, po);
-            for (int32_t x : toks)
-              if (o.full_logits) ps.decode(x);
-              else ps.decode_top_k(x, 1);
-            breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, t.name), t.n,
-                                  ps.profile()});
+            once();
+            std::vector<double> tps;
+            for (int r = 0; r < o.reps; ++r) {
+              tps.push_back(t.n / once());
+              fmt::print(stderr, " {:.2f}", tps.back());
+              std::fflush(stderr);
+            }
+            fmt::print(stderr, " t/s\n");
+            Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
+            if (t.prompt) row.ubatch = s.prefill_chunk();
+            for (double v : tps) row.mean += v / tps.size();
+            for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
+            row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
+            if (!t.prompt) {
+              row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
+              row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
+            }
+            rows.push_back(row);
+            if (o.profile && !t.prompt) {
+              // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
+              SessionOptions po = so;
+              po.profile = true;
+              Session ps(*model, po);
+              for (int32_t x : toks)
+                if (o.full_logits)
+                  ps.decode(x);
+                else
+                  ps.decode_top_k(x, 1);
+              breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, t.name),
+                                    t.n, ps.profile()});
+            }
           }
         }
-      }
   }
 
   if (o.output == "json") {
     nlohmann::json j;
     j["read_bandwidth_gbs"] = bw / 1e9;
     for (const auto& r : rows)
-      j["results"].push_back({{"model", r.model}, {"size", r.size}, {"params", r.params}, {"backend", r.path},
-                              {"threads", r.threads}, {"test", r.test}, {"t/s", r.mean}, {"t/s_std", r.std},
-                              {"weight_gbs", r.weight_gbs}, {"bandwidth_fraction", r.bw_frac}});
+      j["results"].push_back({{"model", r.model},
+                              {"size", r.size},
+                              {"params", r.params},
+                              {"backend", r.path},
+                              {"threads", r.threads},
+                              {"n_ubatch", r.ubatch},
+                              {"test", r.test},
+                              {"t/s", r.mean},
+                              {"t/s_std", r.std},
+                              {"weight_gbs", r.weight_gbs},
+                              {"bandwidth_fraction", r.bw_frac}});
     fmt::print("{}\n", j.dump(1));
     return;
   }
   if (o.output == "csv") {
-    fmt::print("model,size,params,backend,threads,test,ts_mean,ts_std,weight_gbs,bandwidth_fraction\n");
+    fmt::print(
+        "model,size,params,backend,threads,n_ubatch,test,ts_mean,ts_std,weight_gbs,bandwidth_fraction\n");
     for (const auto& r : rows)
-      fmt::print("{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path, r.threads,
-                 r.test, r.mean, r.std, r.weight_gbs, r.bw_frac);
+      fmt::print("{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path,
+                 r.threads, r.ubatch, r.test, r.mean, r.std, r.weight_gbs, r.bw_frac);
     return;
   }
   if (bw > 0) fmt::print("read bandwidth (measured in this run): {:.2f} GB/s\n\n", bw / 1e9);
-  fmt::print("| model | size | params | backend | threads | test | t/s | weight GB/s | of read BW |\n");
-  fmt::print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  fmt::print("| model | size | params | backend | threads |{} test | t/s | weight GB/s | of read BW |\n",
+             show_ub ? " n_ubatch |" : "");
+  fmt::print("| --- | ---: | ---: | --- | ---: |{} ---: | ---: | ---: | ---: |\n", show_ub ? " ---: |" : "");
   for (const auto& r : rows) {
     std::string gbs = r.weight_gbs > 0 ? fmt::format("{:.2f}", r.weight_gbs) : "";
     std::string frac = r.bw_frac > 0 ? fmt::format("{:.2f}", r.bw_frac) : "";
-    fmt::print("| {} | {} | {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
-               human_params(r.params), r.path, r.threads, r.test, r.mean, r.std, gbs, frac);
+    std::string ub = !show_ub ? "" : r.ubatch > 0 ? fmt::format(" {} |", r.ubatch) : " |";
+    fmt::print("| {} | {} | {} | {} | {} |{} {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
+               human_params(r.params), r.path, r.threads, ub, r.test, r.mean, r.std, gbs, frac);
   }
   for (auto& b : breakdowns) {
-    std::sort(b.ops.begin(), b.ops.end(), [](const OpProfile& x, const OpProfile& y) { return x.seconds > y.seconds; });
+    std::sort(b.ops.begin(), b.ops.end(),
+              [](const OpProfile& x, const OpProfile& y) { return x.seconds > y.seconds; });
     double total = 0;
     for (const auto& op : b.ops) total += op.seconds;
     fmt::print("\nper-op time of one decode step ({}; profiled run, synced per op)\n\n", b.title);
-    fmt::print("| op | calls/token | ms/token | share | weight GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    fmt::print(
+        "| op | calls/token | ms/token | share | weight GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
     for (const auto& op : b.ops) {
       std::string gbs = op.weight_bytes ? fmt::format("{:.2f}", op.weight_bytes / op.seconds / 1e9) : "";
       fmt::print("| {} | {:.0f} | {:.3f} | {:.1f} % | {} |\n", op.op, double(op.calls) / b.tokens,
@@ -206,18 +236,34 @@ void run(const BenchCli& o) {
 
 void add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchCli>();
-  auto* cmd = app.add_subcommand("bench", "Measure prompt (ppN) and decode (tgN) throughput, llama-bench style");
-  cmd->add_option("-m,--model", o->models, "Model file(s); comma-separated or repeated")->required()->delimiter(',');
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests; 0 = none)")->delimiter(',')->capture_default_str();
-  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests, greedy decode steps; 0 = none)")->delimiter(',')->capture_default_str();
+  auto* cmd =
+      app.add_subcommand("bench", "Measure prompt (ppN) and decode (tgN) throughput, llama-bench style");
+  cmd->add_option("-m,--model", o->models, "Model file(s); comma-separated or repeated")
+      ->required()
+      ->delimiter(',');
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt lengths (pp tests; 0 = none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests, greedy decode steps; 0 = none)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Thread counts (default: physical cores)")->delimiter(',');
-  cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")->delimiter(',')->capture_default_str();
+  cmd->add_option(
+         "--ubatch-size", o->ubatch,
+         "Prompt tokens per batched forward step, also -ub; comma-separated (0: the backend's choice)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
-  cmd->add_flag("--full-logits", o->full_logits,
-                "tg steps bring the whole logits row to the host (default: only the argmax, as greedy decoding)");
-  cmd->add_flag("--profile", o->profile, "After each tg test, print a per-op time breakdown (separate profiled run)");
+  cmd->add_flag(
+      "--full-logits", o->full_logits,
+      "tg steps bring the whole logits row to the host (default: only the argmax, as greedy decoding)");
+  cmd->add_flag("--profile", o->profile,
+                "After each tg test, print a per-op time breakdown (separate profiled run)");
   cmd->callback([o] { run(*o); });
 }
 

@@ -29,12 +29,15 @@ int main(int argc, char** argv) {
   bonsai::cli::add_run(app);
   bonsai::cli::add_chat(app);
   try {
-    // llama.cpp spells --system-prompt "-sys"; CLI11 has no multi-letter
-    // single-dash options, so it is renamed here.
-    std::string sys_long = "--system-prompt";
+    // llama.cpp spells --system-prompt "-sys" and --ubatch-size "-ub"; CLI11 has
+    // no multi-letter single-dash options, so they are renamed here.
+    std::string sys_long = "--system-prompt", ub_long = "--ubatch-size";
     std::vector<char*> args(argv, argv + argc);
     for (auto& a : args)
-      if (std::string_view(a) == "-sys") a = sys_long.data();
+      if (std::string_view(a) == "-sys")
+        a = sys_long.data();
+      else if (std::string_view(a) == "-ub")
+        a = ub_long.data();
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / the parse error

@@ -21,6 +21,8 @@ void TextOptions::validate() {
   if (n_ctx < 0) usage_fail("-c/--ctx-size must be >= 0 (0: the model's trained context), got {}", n_ctx);
   if (n_threads < 0 || n_threads > 1024)
     usage_fail("-t/--threads must be in [0, 1024] (0: auto), got {}", n_threads);
+  if (n_ubatch < 0 || n_ubatch > 4096)
+    usage_fail("-ub/--ubatch-size must be in [1, 4096], or 0 for the backend's choice, got {}", n_ubatch);
   if (seed < -1) usage_fail("-s/--seed must be >= 0, or -1 for a random seed, got {}", seed);
   if (reasoning != "on" && reasoning != "off")
     usage_fail("--reasoning must be on or off, got '{}'", reasoning);
@@ -35,9 +37,15 @@ void add_text_options(CLI::App* cmd, TextOptions& o) {
   cmd->add_option("-c,--ctx-size", o.n_ctx, "Context size in tokens (0: the model's trained context)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.n_threads, "Threads (0: physical cores)")->capture_default_str();
-  cmd->add_option("--path,--backend", o.path,
-                  "Compute path: auto (cuda when a device exists, else fast), fast/cpu (CPU kernels, faithful), "
-                  "fast-int8, cuda, ref (scalar reference)")
+  cmd->add_option(
+         "--ubatch-size", o.n_ubatch,
+         "Prompt tokens per batched forward step, also -ub (0: the backend's choice: 256 on CUDA, 64 on "
+         "the CPU)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--path,--backend", o.path,
+         "Compute path: auto (cuda when a device exists, else fast), fast/cpu (CPU kernels, faithful), "
+         "fast-int8, cuda, ref (scalar reference)")
       ->capture_default_str();
   cmd->add_option("-s,--seed", o.seed, "Sampling seed (-1: random)")->capture_default_str();
   auto* g = "Sampling";
@@ -104,6 +112,7 @@ SessionOptions session_options(const TextOptions& o) {
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_threads = o.n_threads;
+  so.prefill_chunk = o.n_ubatch;
   so.path = o.path;
   return so;
 }
