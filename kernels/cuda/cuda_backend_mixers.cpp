@@ -1,0 +1,280 @@
+// CudaBackend's ops of the two mixers (kernels/cuda/cuda_backend.h): the attention layer (rope,
+// cache rows, attention and its fused site: attention.cu, attention_mma.cu) and the GatedDeltaNet
+// layer (conv, gates, recurrence, gated norm and the fused site: gdn.cu, gdn_walk.cu,
+// gdn_chunked.cu). Split from cuda_backend.cpp (the memory, weight, matmul and norm/FWHT site
+// ops) to keep both files readable; they share CudaBackend::Impl (cuda_backend_impl.h).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_backend_impl.h"
+
+namespace bonsai {
+void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
+  impl_->flush();
+  Impl& m = *impl_;
+  cuda::rope(x, t, n_head, head_dim, n_rot, base, pos0, m.pos_dev(), m.stream);
+  check_launch("rope");
+  m.wrote(x, static_cast<size_t>(t) * n_head * head_dim * sizeof(float));
+}
+
+void CudaBackend::store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
+  impl_->flush();
+  Impl& m = *impl_;
+  cuda::store_rows(cache, src, width, t, pos0, m.pos_dev(), m.stream);
+  check_launch("store_rows");
+  m.invalidate_quant();  // the written rows depend on a device-side position
+}
+
+void CudaBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+                            int pos0, const AttentionShape& s) {
+  impl_->flush();
+  impl_->attention(q, k_cache, v_cache, out, t, pos0, s, nullptr, 0);
+}
+
+bool CudaBackend::attention_on_tensor_cores(int t, const AttentionShape& s) {
+  return cuda::attention_mma_fits(nullptr, nullptr, nullptr, t, s.n_head, s.n_head_kv, s.head_dim);
+}
+
+void CudaBackend::Impl::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                                  int t, int pos0, const AttentionShape& s, const float* gate,
+                                  int64_t gate_stride) {
+  if (s.head_dim % 32 || s.head_dim > 256 || s.n_head % s.n_head_kv || s.n_head / s.n_head_kv > 8)
+    fail("cuda: attention with {} heads, {} KV heads and head_dim {} is not supported", s.n_head, s.n_head_kv,
+         s.head_dim);
+  // A prefill batch on the tensor cores (kernels/cuda/attention_mma.cu; not while recording).
+  if (pos_dev() == nullptr &&
+      cuda::attention_mma_fits(q, k_cache, v_cache, t, s.n_head, s.n_head_kv, s.head_dim)) {
+    const int splits = cuda::attention_mma_splits(t, pos0, s.n_head, s.n_head_kv, prop.multiProcessorCount);
+    grow(part, cuda::attention_mma_scratch(t, pos0, s.n_head, s.n_head_kv, s.head_dim, splits),
+         "attention partials");
+    cuda::attention_mma(q, k_cache, v_cache, out, part.as<void>(), t, pos0, splits, s.n_head, s.n_head_kv,
+                        s.head_dim, s.scale, gate, gate_stride, stream);
+    check_launch("attention (tensor cores)");
+    wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+    return;
+  }
+  // One token (a recordable decode step): a fixed split count, so the launch does not depend
+  // on the position. Batches: enough blocks to fill the device.
+  int splits = kDecodeSplits;
+  if (t > 1) {
+    const int blocks = t * s.n_head_kv;
+    splits = std::clamp((2 * prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
+    splits = std::min(splits, std::max(1, (pos0 + t + 63) / 64));
+  }
+  grow(part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
+       "attention partials");
+  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
+                  s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
+  check_launch("attention");
+  wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+}
+
+// Three launches: q/k norms + RoPE + the KV store, then attention (split, and merge with the gate).
+void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
+  impl_->flush();
+  Impl& m = *impl_;
+  const AttentionShape& s = a.shape;
+  if (s.head_dim % 32 || s.head_dim > 256 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv ||
+      s.n_head / s.n_head_kv > 8 || a.n_rot % 2 || a.n_rot > s.head_dim)
+    return Backend::attention_site(a, t, pos0);
+  cuda::AttnPrep p;
+  p.qf = a.qf;
+  p.k = a.k;
+  p.v = a.v;
+  p.q_norm = m.dev(*a.q_norm).f32();
+  p.k_norm = m.dev(*a.k_norm).f32();
+  p.eps = a.eps;
+  p.base = a.rope_base;
+  p.n_rot = a.n_rot;
+  p.n_head = s.n_head;
+  p.n_head_kv = s.n_head_kv;
+  p.head_dim = s.head_dim;
+  p.q = a.q;
+  p.k_cache = a.k_cache;
+  p.v_cache = a.v_cache;
+  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream);
+  check_launch("attention_prep");
+  m.wrote(a.q, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+  m.invalidate_quant();  // the cache rows written depend on a device-side position
+  m.attention(a.q, a.k_cache, a.v_cache, a.out, t, pos0, s, a.qf + s.head_dim,
+              2 * static_cast<int64_t>(s.head_dim));
+}
+
+// A few tokens: one launch (cuda::gdn_fused with the conv and the alpha/beta rows inside).
+// A batch: alpha/beta rows, conv + q/k norms, the walk, the gated norm (and head order).
+void CudaBackend::gdn_site(const GdnSite& a, int t) {
+  impl_->flush();
+  Impl& m = *impl_;
+  const GdnShape& s = a.shape;
+  const DeviceWeight &cw = m.dev(*a.conv1d), &aw = m.dev(*a.alpha_w), &bw = m.dev(*a.beta_w);
+  const bool fusable = s.d_k % 32 == 0 && s.d_v % 32 == 0 && (s.d_k / 32) * s.d_v <= 512 && s.n_k > 0 &&
+                       s.n_v % s.n_k == 0 && a.taps >= 1 && a.taps <= 4 && !cw.tiled &&
+                       cw.raw == cuda::RawType::F32 && cw.k == a.taps;
+  if (!fusable) return Backend::gdn_site(a, t);
+  const bool ab_raw =
+      !aw.tiled && !bw.tiled && aw.raw == bw.raw && aw.row_bytes == bw.row_bytes && aw.k == bw.k &&
+      aw.n >= s.n_v && bw.n >= s.n_v &&
+      (aw.raw == cuda::RawType::F32 || aw.raw == cuda::RawType::F16 || aw.raw == cuda::RawType::BF16);
+  // A few tokens: one kernel (the alpha/beta rows inside); a batch: the prefill pipeline.
+  const bool ab_fused = ab_raw && t <= 4;
+  if (!ab_fused && t < a.taps - 1) return Backend::gdn_site(a, t);  // the walk's conv-state write needs them
+  const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
+  const float* norm_w = m.dev(*a.norm_w).f32();
+  if (!ab_fused) {  // a batch: everything but the walk parallel over tokens
+    if (ab_raw) {
+      cuda::gdn_ab_batch(a.normed, aw.bytes(), bw.bytes(), aw.row_bytes, aw.raw, static_cast<int>(aw.k),
+                         s.n_v, t, a.alpha, a.beta_in, m.stream);
+      check_launch("gdn_ab_batch");
+    } else {
+      const Weight* ab[] = {a.alpha_w, a.beta_w};
+      float* ab_out[] = {a.alpha, a.beta_in};
+      matmul_multi(ab, a.normed, ab_out, t);
+    }
+    cuda::gdn_conv_norm(a.qkv, a.conv_state, cw.f32(), a.conv, t, a.taps, s.n_k, s.n_v, s.d_k, s.d_v, s.eps,
+                        m.stream);
+    check_launch("gdn_conv_norm");
+    cuda::GdnFused f;
+    f.conv = a.conv;
+    f.qkv = a.qkv;  // the walk writes the new conv state
+    f.conv_state = a.conv_state;
+    f.taps = a.taps;
+    f.alpha = a.alpha;
+    f.beta_in = a.beta_in;
+    f.ssm_a = m.dev(*a.ssm_a).f32();
+    f.dt_bias = m.dev(*a.dt_bias).f32();
+    f.state = a.state;
+    f.out = a.o;
+    f.t = t;
+    f.n_k = s.n_k;
+    f.n_v = s.n_v;
+    f.d_k = s.d_k;
+    f.d_v = s.d_v;
+    f.eps = s.eps;
+    cuda::gdn_walk(f, m.stream);
+    check_launch("gdn_walk");
+    float* y = a.grouped ? a.normed_o : a.out;
+    cuda::gated_rmsnorm(a.o, a.z, norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps, m.stream);
+    check_launch("gated_rmsnorm");
+    if (a.grouped) {
+      cuda::transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v, m.stream);
+      check_launch("transpose_heads");
+    }
+    for (const float* p : {a.conv, a.o, y, a.alpha, a.beta_in})
+      m.wrote(p, static_cast<size_t>(t) * channels * sizeof(float));  // a bound: conv is the widest
+    m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
+    m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
+    m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
+    return;
+  }
+  cuda::GdnFused f;
+  f.qkv = a.qkv;
+  f.conv_w = cw.f32();
+  f.conv_state = a.conv_state;
+  f.conv_counters = m.counters(m.gdn_counters, static_cast<size_t>(s.n_k), "GDN conv counters");
+  f.taps = a.taps;
+  f.ssm_a = m.dev(*a.ssm_a).f32();
+  f.dt_bias = m.dev(*a.dt_bias).f32();
+  f.alpha_w = aw.bytes();
+  f.beta_w = bw.bytes();
+  f.normed = a.normed;
+  f.ab_type = aw.raw;
+  f.ab_row_bytes = aw.row_bytes;
+  f.ab_k = static_cast<int>(aw.k);
+  f.state = a.state;
+  f.z = a.z;
+  f.norm_w = norm_w;
+  f.norm_eps = a.norm_eps;
+  f.out = a.out;
+  f.transpose = a.grouped;
+  f.t = t;
+  f.n_k = s.n_k;
+  f.n_v = s.n_v;
+  f.d_k = s.d_k;
+  f.d_v = s.d_v;
+  f.eps = s.eps;
+  f.state_early = m.step_recording;
+  f.state_stream = m.gdn_stream;
+  cuda::gdn_fused(f, m.stream);
+  check_launch("gdn_site");
+  m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
+  m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
+  m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
+}
+
+void CudaBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
+                           int taps) {
+  impl_->flush();
+  Impl& m = *impl_;
+  if (taps < 1 || taps > 8) fail("cuda: ssm_conv with {} taps is not supported (1..8)", taps);
+  cuda::ssm_conv(x, state, m.dev(w).f32(), out, t, channels, taps, m.stream);
+  check_launch("ssm_conv");
+  m.wrote(state, static_cast<size_t>(taps - 1) * channels * sizeof(float));
+  m.wrote(out, static_cast<size_t>(t) * channels * sizeof(float));
+}
+
+void CudaBackend::gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a,
+                            const Weight& dt_bias, float* g, float* beta, int t, int n_v) {
+  Impl& m = *impl_;
+  m.flush();
+  Impl::Pending& p = m.pend;
+  p.gates = true;
+  p.alpha = alpha;
+  p.beta_in = beta_in;
+  p.ssm_a = m.dev(ssm_a).f32();
+  p.dt_bias = m.dev(dt_bias).f32();
+  p.g = g;
+  p.beta = beta;
+  p.gates_t = t;
+  p.gates_nv = n_v;
+  m.wrote(g, static_cast<size_t>(t) * n_v * sizeof(float));
+  m.wrote(beta, static_cast<size_t>(t) * n_v * sizeof(float));
+}
+
+void CudaBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state,
+                                 float* out, int t, const GdnShape& s) {
+  Impl& m = *impl_;
+  if (s.d_k % 32 || s.d_k > 1024 || s.d_v % 32)
+    fail("cuda: delta rule with d_k {} and d_v {} is not supported (multiples of 32, d_k <= 1024)", s.d_k,
+         s.d_v);
+  Impl::Pending& p = m.pend;
+  // Gates held back for exactly these g/beta are computed inside the recurrence.
+  if (!(p.gates && !p.rec && p.g == g && p.beta == beta && p.gates_t == t && p.gates_nv == s.n_v)) m.flush();
+  p.rec = true;
+  p.f = cuda::GdnFused{};
+  p.f.conv = conv;
+  p.f.g = g;
+  p.f.beta = beta;
+  p.f.state = state;
+  p.f.out = out;
+  p.f.t = t;
+  p.f.n_k = s.n_k;
+  p.f.n_v = s.n_v;
+  p.f.d_k = s.d_k;
+  p.f.d_v = s.d_v;
+  p.f.eps = s.eps;
+  m.wrote(state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
+  m.wrote(out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
+}
+
+void CudaBackend::gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows,
+                                int64_t d, float eps) {
+  Impl& m = *impl_;
+  Impl::Pending& p = m.pend;
+  if (p.rec && !p.norm && o == p.f.out && rows == static_cast<int64_t>(p.f.t) * p.f.n_v && d == p.f.d_v) {
+    p.norm = true;  // y = gated_rmsnorm(o): done by the fused kernel, o itself is not written
+    p.z = z;
+    p.norm_w = m.dev(w).f32();
+    p.norm_y = y;
+    p.norm_eps = eps;
+  } else {
+    m.flush();
+    cuda::gated_rmsnorm(o, z, m.dev(w).f32(), y, rows, d, eps, m.stream);
+    check_launch("gated_rmsnorm");
+  }
+  m.wrote(y, rows * d * sizeof(float));
+}
+
+}  // namespace bonsai
