@@ -35,8 +35,11 @@ class CudaBackend : public Backend {
   void prepare(Weight& w) override;
   void unprepare(Weight& w) override;
   void sync() override;
-  // 256: the prefill GEMM reads each weight once per chunk, in tiles of 64 tokens.
-  int preferred_prefill_chunk() const override { return 256; }
+  // 1024: the prefill GEMM reads each weight once per chunk, and more tokens per chunk fill its
+  // rounds of blocks better (H200, 27B, session 6, `bonsai bench ... -ub 256,512,1024`: pp512 at
+  // 256 / 512 6724 / 7139 t/s, pp2048 at 256 / 512 / 1024 6668 / 6993 / 7225; docs/performance.md).
+  // -ub/--ubatch-size overrides it.
+  int preferred_prefill_chunk() const override { return 1024; }
 
   void embed(const Weight& table, const int32_t* tokens, int t, float* out) override;
   void rmsnorm(const float* x, const Weight& gain, float* y, int64_t rows, int64_t n, float eps) override;

@@ -39,7 +39,7 @@ void add_text_options(CLI::App* cmd, TextOptions& o) {
   cmd->add_option("-t,--threads", o.n_threads, "Threads (0: physical cores)")->capture_default_str();
   cmd->add_option(
          "--ubatch-size", o.n_ubatch,
-         "Prompt tokens per batched forward step, also -ub (0: the backend's choice: 256 on CUDA, 64 on "
+         "Prompt tokens per batched forward step, also -ub (0: the backend's choice: 1024 on CUDA, 64 on "
          "the CPU)")
       ->capture_default_str();
   cmd->add_option(
