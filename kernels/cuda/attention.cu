@@ -299,8 +299,8 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
   attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 
-void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim, const float* gate,
-                     int64_t gate_stride, cudaStream_t s) {
+void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
+                     const float* gate, int64_t gate_stride, cudaStream_t s) {
   launch(splits == 32 ? attention_merge_kernel<32> : attention_merge_kernel<0>,
          static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part, out, splits, head_dim,
          gate, gate_stride);

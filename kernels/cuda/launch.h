@@ -172,8 +172,8 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                const float* gate, int64_t gate_stride, cudaStream_t s);
 // The merge alone: out [t][n_head][head_dim] from `part` as above (times the gate when given).
-void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim, const float* gate,
-                     int64_t gate_stride, cudaStream_t s);
+void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
+                     const float* gate, int64_t gate_stride, cudaStream_t s);
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
 // errors): 0, 1, 2 the fp32 split kernel's variants (attention.cu) for every batch; 3 (default) and 4
 // prefill batches of at least kAttentionMmaMinTokens tokens on the tensor cores (attention_mma.cu) with
@@ -191,9 +191,9 @@ int attention_mma_splits(int t, int pos0, int n_head, int n_head_kv, int sm_coun
 size_t attention_mma_scratch(int t, int pos0, int n_head, int n_head_kv, int head_dim, int splits);
 // attention() for a prefill batch on the tensor cores (fp16 q, k, v and softmax weights; fp32
 // scores, softmax and sums), then the merge when splits > 1. Not recordable (pos0 on the host).
-void attention_mma(const float* q, const float* k_cache, const float* v_cache, float* out, void* scratch, int t,
-                   int pos0, int splits, int n_head, int n_head_kv, int head_dim, float scale, const float* gate,
-                   int64_t gate_stride, cudaStream_t s);
+void attention_mma(const float* q, const float* k_cache, const float* v_cache, float* out, void* scratch,
+                   int t, int pos0, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+                   const float* gate, int64_t gate_stride, cudaStream_t s);
 // The attention site before attention(): q [t][n_head][d] = RoPE(rmsnorm(query)·q_norm) from
 // qf [t][n_head][2][d]; k likewise from k [t][n_head_kv][d] (k_norm) into k_cache rows
 // pos..pos+t-1; v copied into v_cache. head_dim % 32 == 0, <= 1024; n_rot <= head_dim.
