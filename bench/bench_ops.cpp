@@ -58,7 +58,8 @@ void BM_gdn_step(benchmark::State& state) {
     be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data(), out.data(), 1, s);
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(st.size()) * 4 * 2);  // state read + written
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(st.size()) * 4 *
+                          2);  // state read + written
 }
 BENCHMARK(BM_gdn_step)->Arg(1)->Arg(2)->UseRealTime();
 
@@ -181,8 +182,11 @@ void BM_gdn_prefill64(benchmark::State& state) {
   std::vector<float> st(48 * 128 * 128, 0.01f), out(t * 48 * 128);
   CpuBackend& be = backend(2);
   for (auto _ : state) {
-    if (chunked) cpu::gdn_recurrence_chunked(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s, 64, be.pool());
-    else be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s);
+    if (chunked)
+      cpu::gdn_recurrence_chunked(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s, 64,
+                                  be.pool());
+    else
+      be.gdn_recurrence(conv.data(), g.data(), beta.data(), st.data(), out.data(), t, s);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * t);  // tokens

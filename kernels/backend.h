@@ -87,7 +87,8 @@ class Backend {
   // y[t][w.n] = x[t][w.k] · Wᵀ for any weight format.
   virtual void matmul(const Weight& w, const float* x, float* y, int t) = 0;
   // Several weights reading the same input (q/k/v, qkv/z, gate/up): one pass over x.
-  virtual void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys, int t) {
+  virtual void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
+                            int t) {
     for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i], t);
   }
 
@@ -111,20 +112,26 @@ class Backend {
   // normed = rmsnorm(x_out)·gain (kept: ssm_alpha/beta read it un-rotated),
   // rotated = FWHT_B(s ⊙ normed)/√B — the input of every folded linear after a norm.
   virtual void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
-                                  const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                                  int64_t n, float eps) {
-    if (delta) add(x, delta, x_out, rows * n);
-    else if (x_out != x) copy(x_out, x, static_cast<size_t>(rows * n));
+                                  const float* signs, int64_t block, float* normed, float* rotated,
+                                  int64_t rows, int64_t n, float eps) {
+    if (delta)
+      add(x, delta, x_out, rows * n);
+    else if (x_out != x)
+      copy(x_out, x, static_cast<size_t>(rows * n));
     rmsnorm(x_out, gain, normed, rows, n, eps);
-    if (block > 0) hadamard(normed, signs, rotated, rows, n, block, false);
-    else copy(rotated, normed, static_cast<size_t>(rows * n));
+    if (block > 0)
+      hadamard(normed, signs, rotated, rows, n, block, false);
+    else
+      copy(rotated, normed, static_cast<size_t>(rows * n));
   }
   // act = silu(gate) ⊙ up; rotated = FWHT_B(s ⊙ act)/√B (the input of ffn_down).
   virtual void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
                            float* rotated, int64_t rows, int64_t n) {
     swiglu(gate, up, act, rows * n);
-    if (block > 0) hadamard(act, signs, rotated, rows, n, block, false);
-    else copy(rotated, act, static_cast<size_t>(rows * n));
+    if (block > 0)
+      hadamard(act, signs, rotated, rows, n, block, false);
+    else
+      copy(rotated, act, static_cast<size_t>(rows * n));
   }
 
   // ---- full attention ---------------------------------------------------------
@@ -132,8 +139,8 @@ class Backend {
   virtual void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) = 0;
   // Causal attention of q [t][n_head][d] (positions pos0..pos0+t-1) over the cache rows
   // [0, pos0+t) of k_cache / v_cache ([n_ctx][n_head_kv][d]); out [t][n_head][d].
-  virtual void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
-                         const AttentionShape& s) = 0;
+  virtual void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+                         int pos0, const AttentionShape& s) = 0;
   // cache rows [pos0, pos0+t) of width `width` = src [t][width] (the KV-cache append).
   virtual void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
     copy(cache + static_cast<int64_t>(pos0) * width, src, static_cast<size_t>(width) * t);
@@ -154,8 +161,8 @@ class Backend {
   virtual void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out,
                               int t, const GdnShape& s) = 0;
   // y = rmsnorm(o)·w ⊙ silu(z) per head of width d (w: F32 length d). rows = t·heads.
-  virtual void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
-                             float eps) = 0;
+  virtual void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows,
+                             int64_t d, float eps) = 0;
 
   // ---- mixer sites: a layer's mixer between its input projections and its output linear ----
   // The defaults compose the ops above in the graph's order; a backend overrides them to

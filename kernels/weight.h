@@ -15,8 +15,8 @@ namespace bonsai {
 struct Weight {
   std::string name;
   DType type = DType::F32;
-  int64_t k = 0;  // input width (ne[0])
-  int64_t n = 0;  // rows (ne[1]); 1 for vectors
+  int64_t k = 0;                  // input width (ne[0])
+  int64_t n = 0;                  // rows (ne[1]); 1 for vectors
   const uint8_t* data = nullptr;  // host bytes (mmap, or loader-owned for converted small tensors)
   size_t nbytes = 0;
   void* prepared = nullptr;  // backend-owned copy/repack (Backend::prepare), nullptr if unused

@@ -40,7 +40,8 @@ class CpuBackendOps : public ::testing::TestWithParam<Param> {
   void SetUp() override {
     if (!isa_supported(std::get<0>(GetParam())))
       GTEST_SKIP() << "this CPU lacks " << isa_name(std::get<0>(GetParam()));
-    be_ = std::make_unique<CpuBackend>(std::get<1>(GetParam()), std::get<0>(GetParam()), cpu::Precision::Faithful);
+    be_ = std::make_unique<CpuBackend>(std::get<1>(GetParam()), std::get<0>(GetParam()),
+                                       cpu::Precision::Faithful);
   }
   std::unique_ptr<CpuBackend> be_;
 };
@@ -99,10 +100,10 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
   for (bool with_delta : {true, false})
     for (int64_t b : {block, int64_t{0}}) {
       std::vector<float> xo1(rows * n), xo2(rows * n), n1(rows * n), n2(rows * n), r1(rows * n), r2(rows * n);
-      be_->residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo1.data(), gain, s.data(), b, n1.data(),
-                              r1.data(), rows, n, 1e-6f);
-      ref_be.residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo2.data(), gain, s.data(), b, n2.data(),
-                                r2.data(), rows, n, 1e-6f);
+      be_->residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo1.data(), gain, s.data(), b,
+                              n1.data(), r1.data(), rows, n, 1e-6f);
+      ref_be.residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo2.data(), gain, s.data(), b,
+                                n2.data(), r2.data(), rows, n, 1e-6f);
       EXPECT_EQ(xo1, xo2);  // same f32 operations in the same order
       EXPECT_EQ(n1, n2);
       EXPECT_EQ(r1, r2);
@@ -119,7 +120,8 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(IsaThreads, CpuBackendOps,
-                         ::testing::Combine(::testing::Values(Isa::Avx2, Isa::Avx512), ::testing::Values(1, 2)),
+                         ::testing::Combine(::testing::Values(Isa::Avx2, Isa::Avx512),
+                                            ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<Param>& p) {
                            return std::string(isa_name(std::get<0>(p.param))) + "_t" +
                                   std::to_string(std::get<1>(p.param));
@@ -162,7 +164,8 @@ TEST(CpuBackendModel, FastPathTracksReferenceEveryIsaAndThreadCount) {
           na += double(fast[i][v]) * fast[i][v];
           nb += double(ref[i][v]) * ref[i][v];
         }
-        EXPECT_GT(dot / std::sqrt(na * nb), 0.9999) << isa_name(isa) << " threads " << threads << " pos " << i;
+        EXPECT_GT(dot / std::sqrt(na * nb), 0.9999)
+            << isa_name(isa) << " threads " << threads << " pos " << i;
       }
     }
     unsetenv("BONSAI_ISA");

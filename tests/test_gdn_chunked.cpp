@@ -28,7 +28,8 @@ TEST(GdnChunked, MatchesTokenWalk) {
       for (auto& v : beta) v = 1.0f / (1.0f + std::exp(-nd(rng)));
       for (auto& v : st0) v = 0.3f * nd(rng);
       std::vector<float> sa = st0, sb = st0, oa(static_cast<size_t>(t) * 6 * 24), ob(oa.size());
-      cpu::gdn_recurrence_chunked(conv.data(), g.data(), beta.data(), sa.data(), oa.data(), t, s, chunk, pool);
+      cpu::gdn_recurrence_chunked(conv.data(), g.data(), beta.data(), sa.data(), oa.data(), t, s, chunk,
+                                  pool);
       ref::gdn_recurrence(conv.data(), g.data(), beta.data(), sb.data(), ob.data(), t, s);
       double d = 0, mx = 0, ds = 0, ms = 0;
       for (size_t i = 0; i < oa.size(); ++i) {

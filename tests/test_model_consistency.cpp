@@ -78,7 +78,9 @@ INSTANTIATE_TEST_SUITE_P(Rotation, FoldedVsTwin,
                                            TwinCase{"ptq1_b256", DType::PTQ1_0, false, 256},
                                            TwinCase{"q2g64_b128", DType::Q2_0_G64, false, 128},
                                            TwinCase{"tied_pq2", DType::PQ2_0, true, 128}),
-                         [](const ::testing::TestParamInfo<TwinCase>& p) { return std::string(p.param.name); });
+                         [](const ::testing::TestParamInfo<TwinCase>& p) {
+                           return std::string(p.param.name);
+                         });
 
 }  // namespace
 }  // namespace bonsai

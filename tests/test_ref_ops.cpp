@@ -217,7 +217,8 @@ TEST(RefOps, GatesAndGatedNorm) {
     for (int i = 0; i < 4; ++i) ss += double(o[r * 4 + i]) * o[r * 4 + i];
     for (int i = 0; i < 4; ++i) {
       double zz = z[r * 4 + i];
-      EXPECT_NEAR(y[r * 4 + i], o[r * 4 + i] / std::sqrt(ss / 4 + 1e-6) * w[i] * zz / (1 + std::exp(-zz)), 1e-5);
+      EXPECT_NEAR(y[r * 4 + i], o[r * 4 + i] / std::sqrt(ss / 4 + 1e-6) * w[i] * zz / (1 + std::exp(-zz)),
+                  1e-5);
     }
   }
 }

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kFixtures = BONSAI_FIXTURES_DIR;
 
-#define REQUIRE_FIXTURES()                                                          \
+#define REQUIRE_FIXTURES() \
   if (!fs::exists(kFixtures / "manifest.json")) GTEST_SKIP() << "no fixtures at " << kFixtures
 
 std::vector<float> read_f32(const fs::path& p) {
@@ -162,7 +162,9 @@ TEST(ReferenceModel, CorruptedHadamardMetadataIsRefused) {
          return true;
        }},
       {"missing_grouped", "prism.hadamard.gdn_v_grouped",
-       [](const std::string& k, const GgufValue&, GgufWriter&) { return k == "prism.hadamard.gdn_v_grouped"; }},
+       [](const std::string& k, const GgufValue&, GgufWriter&) {
+         return k == "prism.hadamard.gdn_v_grouped";
+       }},
       {"bad_version", "prism.hadamard.version",
        [](const std::string& k, const GgufValue&, GgufWriter& w) {
          if (k != "prism.hadamard.version") return false;
@@ -170,7 +172,9 @@ TEST(ReferenceModel, CorruptedHadamardMetadataIsRefused) {
          return true;
        }},
       {"no_prism_keys", "prism.hadamard",
-       [](const std::string& k, const GgufValue&, GgufWriter&) { return k.rfind("prism.hadamard.", 0) == 0; }},
+       [](const std::string& k, const GgufValue&, GgufWriter&) {
+         return k.rfind("prism.hadamard.", 0) == 0;
+       }},
   };
   for (const auto& c : cases) {
     fs::path p = rewrite(src, c.tag, c.edit);
@@ -180,7 +184,8 @@ TEST(ReferenceModel, CorruptedHadamardMetadataIsRefused) {
     fs::remove(p);
   }
   // The unmodified copy loads (so the failures above are caused by the edits).
-  fs::path same = rewrite(src, "same", [](const std::string&, const GgufValue&, GgufWriter&) { return false; });
+  fs::path same =
+      rewrite(src, "same", [](const std::string&, const GgufValue&, GgufWriter&) { return false; });
   EXPECT_EQ(load_error(same), "");
   fs::remove(same);
 }

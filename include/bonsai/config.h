@@ -39,9 +39,9 @@ struct ModelConfig {
   bool tied_output = false;        // no output.weight: token_embd is the head
 
   uint32_t ssm_head_v_dim() const { return ssm_d_inner / ssm_n_v; }
-  uint32_t ssm_qk_dim() const { return ssm_n_k * ssm_d_state; }           // width of q (and of k)
+  uint32_t ssm_qk_dim() const { return ssm_n_k * ssm_d_state; }  // width of q (and of k)
   uint32_t ssm_conv_channels() const { return 2 * ssm_qk_dim() + ssm_d_inner; }
-  uint32_t attn_q_rows() const { return 2 * n_head * head_dim_k; }       // query|gate interleaved per head
+  uint32_t attn_q_rows() const { return 2 * n_head * head_dim_k; }  // query|gate interleaved per head
   uint32_t attn_out_width() const { return n_head * head_dim_v; }
 
   // Reads and validates the qwen35 keys. `n_vocab_hint` is used when neither
@@ -53,11 +53,11 @@ struct ModelConfig {
 };
 
 enum class TensorRole : uint8_t {
-  Folded,      // ternary linear, rotated on its input (prism.hadamard.weight_names)
-  Embedding,   // token_embd: inverse-rotated after lookup
-  Norm,        // F32 RMSNorm gain, stored as used
-  SsmAB,       // ssm_alpha / ssm_beta: small float linear, NOT rotated (BF16/F16/F32)
-  SsmParam,    // ssm_a, ssm_dt.bias, ssm_conv1d: F32
+  Folded,     // ternary linear, rotated on its input (prism.hadamard.weight_names)
+  Embedding,  // token_embd: inverse-rotated after lookup
+  Norm,       // F32 RMSNorm gain, stored as used
+  SsmAB,      // ssm_alpha / ssm_beta: small float linear, NOT rotated (BF16/F16/F32)
+  SsmParam,   // ssm_a, ssm_dt.bias, ssm_conv1d: F32
 };
 
 struct TensorSpec {

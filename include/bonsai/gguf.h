@@ -59,14 +59,14 @@ size_t gguf_scalar_size(GgufType t);  // 0 for STRING / ARRAY
 struct GgufValue {
   GgufType type = GgufType::U8;
   // Scalar payload (numeric and bool types).
-  uint64_t bits = 0;  // raw little-endian bits, zero-extended
+  uint64_t bits = 0;     // raw little-endian bits, zero-extended
   std::string_view str;  // STRING
   // ARRAY
   GgufType elem_type = GgufType::U8;
   uint64_t count = 0;
-  const uint8_t* elems = nullptr;            // numeric / bool arrays: count * scalar size bytes
-  std::vector<std::string_view> strings;     // string arrays
-  std::vector<GgufValue> nested;             // arrays of arrays
+  const uint8_t* elems = nullptr;         // numeric / bool arrays: count * scalar size bytes
+  std::vector<std::string_view> strings;  // string arrays
+  std::vector<GgufValue> nested;          // arrays of arrays
 
   bool is_integer() const;
   bool is_float() const;
@@ -85,9 +85,9 @@ struct GgufValue {
 struct GgufTensor {
   std::string name;
   uint32_t ggml_type = 0;
-  DType dtype = DType::Other;   // resolved (Q2_0 split by layout)
-  std::vector<uint64_t> ne;     // ggml order, ne[0] fastest
-  uint64_t offset = 0;          // relative to the data section
+  DType dtype = DType::Other;  // resolved (Q2_0 split by layout)
+  std::vector<uint64_t> ne;    // ggml order, ne[0] fastest
+  uint64_t offset = 0;         // relative to the data section
   uint64_t nbytes = 0;
   uint64_t nelements = 0;
   const uint8_t* data = nullptr;  // into the mapping
@@ -127,11 +127,11 @@ class GgufFile {
   uint64_t get_u64(std::string_view key) const;  // any non-negative integer type
   int64_t get_i64(std::string_view key) const;   // any integer type
   uint32_t get_u32(std::string_view key) const;
-  double get_f64(std::string_view key) const;    // any numeric type
+  double get_f64(std::string_view key) const;  // any numeric type
   float get_f32(std::string_view key) const { return static_cast<float>(get_f64(key)); }
   bool get_bool(std::string_view key) const;
   std::string_view get_string(std::string_view key) const;
-  const GgufValue& get_array(std::string_view key) const;          // any element type
+  const GgufValue& get_array(std::string_view key) const;  // any element type
   const GgufValue& get_array(std::string_view key, GgufType elem) const;
   // Optional variants return the fallback when the key is absent (but still
   // throw on a present key of the wrong type).

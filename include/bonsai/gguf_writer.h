@@ -65,8 +65,7 @@ class GgufWriter {
 
   // Writes the whole file. Throws bonsai::Error on I/O failure. `progress`, if
   // set, is called after each tensor with (done, total) tensor counts.
-  void write_file(const std::string& path,
-                  const std::function<void(size_t, size_t)>& progress = {}) const;
+  void write_file(const std::string& path, const std::function<void(size_t, size_t)>& progress = {}) const;
   std::vector<uint8_t> write_memory() const;
 
  private:

@@ -34,8 +34,8 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
   // True when the file carries a usable tokenizer (not `no_vocab`).
   bool has_vocab() const;
-  uint64_t weight_bytes() const;     // bytes of all tensors
-  uint64_t n_params() const;         // elements of all tensors
+  uint64_t weight_bytes() const;  // bytes of all tensors
+  uint64_t n_params() const;      // elements of all tensors
 
  private:
   explicit Model(GgufFile f);

@@ -16,17 +16,17 @@
 namespace bonsai {
 
 struct SessionOptions {
-  int n_ctx = 4096;           // context limit (positions); 0 = the model's trained context
-  std::string path = "ref";   // compute path: "ref" (scalar reference); fast paths add names
-  int n_threads = 0;          // 0 = physical cores
-  std::string dump_dir;       // when set, every named activation is written as raw f32 per position
-  bool profile = false;       // time every backend op (see Session::profile())
-  int prefill_chunk = 0;      // tokens per batched forward in prefill(); 0 = the backend's choice
+  int n_ctx = 4096;          // context limit (positions); 0 = the model's trained context
+  std::string path = "ref";  // compute path: "ref" (scalar reference); fast paths add names
+  int n_threads = 0;         // 0 = physical cores
+  std::string dump_dir;      // when set, every named activation is written as raw f32 per position
+  bool profile = false;      // time every backend op (see Session::profile())
+  int prefill_chunk = 0;     // tokens per batched forward in prefill(); 0 = the backend's choice
 };
 
 // Time spent per backend op since the last clear (SessionOptions::profile).
 struct OpProfile {
-  std::string op;             // e.g. "matmul ffn_gate+ffn_up", "gdn_recurrence"
+  std::string op;  // e.g. "matmul ffn_gate+ffn_up", "gdn_recurrence"
   double seconds = 0;
   uint64_t calls = 0;
   uint64_t weight_bytes = 0;  // weight bytes streamed by the op
@@ -69,7 +69,7 @@ class Session {
   int position() const;
   int n_ctx() const;
   const Model& model() const;
-  std::string backend_name() const;  // the backend actually running (e.g. cpu-avx512, cuda)
+  std::string backend_name() const;   // the backend actually running (e.g. cpu-avx512, cuda)
   uint64_t tokens_processed() const;  // counts every token ever fed (test hook: cache reuse)
 
   std::vector<OpProfile> profile() const;  // empty unless SessionOptions::profile

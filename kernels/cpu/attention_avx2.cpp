@@ -44,13 +44,15 @@ void attention_avx2(const float* q, const float* k_cache, const float* v_cache, 
     const float* qg = q + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group) * d;
     for (int p = 0; p < n_kv; ++p) {
       const float* kp = k_cache + p * kv_stride + hk * d;
-      for (int g = 0; g < group; ++g) w[static_cast<size_t>(p) * group + g] = dot(qg + g * d, kp, d) * s.scale;
+      for (int g = 0; g < group; ++g)
+        w[static_cast<size_t>(p) * group + g] = dot(qg + g * d, kp, d) * s.scale;
     }
     std::vector<float> inv(group);
     for (int g = 0; g < group; ++g) {
       float mx = -INFINITY, sum = 0;
       for (int p = 0; p < n_kv; ++p) mx = std::max(mx, w[static_cast<size_t>(p) * group + g]);
-      for (int p = 0; p < n_kv; ++p) sum += (w[static_cast<size_t>(p) * group + g] = std::exp(w[static_cast<size_t>(p) * group + g] - mx));
+      for (int p = 0; p < n_kv; ++p)
+        sum += (w[static_cast<size_t>(p) * group + g] = std::exp(w[static_cast<size_t>(p) * group + g] - mx));
       inv[g] = 1.0f / sum;
     }
     float* og = out + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group) * d;

@@ -78,19 +78,21 @@ bool CpuBackend::fast_type(DType t) {
     case DType::PTQ1_0:
     case DType::F32:
     case DType::F16:
-    case DType::BF16: return true;
-    default: return false;
+    case DType::BF16:
+      return true;
+    default:
+      return false;
   }
 }
 
-void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
-                          bool inverse) {
+void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k,
+                          int64_t block, bool inverse) {
   for (int64_t r = 0; r < rows; ++r) cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
 }
 
 void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
-                                    const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                                    int64_t n, float eps) {
+                                    const float* signs, int64_t block, float* normed, float* rotated,
+                                    int64_t rows, int64_t n, float eps) {
   // One pass adds the residual and accumulates Σx², a second writes the normed
   // row; the FWHT then runs on the (cache-hot) row. Same f32 operations as the
   // reference ops in the same order, so results are bit-identical to them.
@@ -114,13 +116,15 @@ void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x
     const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     float* nr = normed + r * n;
     for (int64_t i = 0; i < n; ++i) nr[i] = xo[i] * scale * gw[i];
-    if (block > 0) cpu::hadamard_row(nr, signs, rotated + r * n, n, block, false, isa_);
-    else std::copy(nr, nr + n, rotated + r * n);
+    if (block > 0)
+      cpu::hadamard_row(nr, signs, rotated + r * n, n, block, false, isa_);
+    else
+      std::copy(nr, nr + n, rotated + r * n);
   }
 }
 
-void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
-                             float* rotated, int64_t rows, int64_t n) {
+void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs,
+                             int64_t block, float* rotated, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * n;
     const float* u = up + r * n;
@@ -129,14 +133,17 @@ void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, con
       for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
     else
       cpu::swiglu_avx2(g, u, a, n);  // polynomial exp: a few ulp from the reference
-    if (block > 0) cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
-    else std::copy(a, a + n, rotated + r * n);
+    if (block > 0)
+      cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
+    else
+      std::copy(a, a + n, rotated + r * n);
   }
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
   if (!fast_type(w.type)) return RefBackend::matmul(w, x, y, t);
-  if (t > 1 && cpu::gemm_supported(view(w).type, isa_)) {  // prefill: each weight block decoded once per batch
+  if (t > 1 &&
+      cpu::gemm_supported(view(w).type, isa_)) {  // prefill: each weight block decoded once per batch
     cpu::prepare_batch(x, t, w.k, cpu::gemm_block(view(w).type), precision_, batch_, &pool_);
     return cpu::gemm(view(w), batch_, y, pool_, isa_);
   }
@@ -167,13 +174,14 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   for (int i = 0; i < t; ++i) {
     const int64_t k = ws[0]->k;
     cpu::prepare_act(x + i * k, k, precision_, act_, layouts);
-    for (size_t j = 0; j < ws.size(); ++j) jobs[j] = {view(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
+    for (size_t j = 0; j < ws.size(); ++j)
+      jobs[j] = {view(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
     cpu::matvec_multi(jobs, act_, pool_, isa_);
   }
 }
 
-void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
-                           const AttentionShape& s) {
+void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+                           int pos0, const AttentionShape& s) {
   if (isa_ == Isa::Scalar) return RefBackend::attention(q, k_cache, v_cache, out, t, pos0, s);
   cpu::attention_avx2(q, k_cache, v_cache, out, t, pos0, s, pool_);
 }
@@ -185,19 +193,20 @@ void CpuBackend::ssm_conv(const float* x, float* state, const Weight& w, float* 
   constexpr int64_t kChunk = 1024;
   const float* wf = w.f32();
   pool_.parallel_for((channels + kChunk - 1) / kChunk, [&](int64_t i, int) {
-    cpu::ssm_conv_avx2(x, state, wf, out, t, channels, taps, i * kChunk, std::min(channels, (i + 1) * kChunk));
+    cpu::ssm_conv_avx2(x, state, wf, out, t, channels, taps, i * kChunk,
+                       std::min(channels, (i + 1) * kChunk));
   });
 }
 
-void CpuBackend::gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
-                               float eps) {
+void CpuBackend::gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows,
+                               int64_t d, float eps) {
   if (isa_ == Isa::Scalar) return RefBackend::gated_rmsnorm(o, z, w, y, rows, d, eps);
   ref::rmsnorm(o, w.f32(), y, rows, d, eps);  // the reference's norm, then y ← silu(z)·y 8 lanes at a time
   cpu::swiglu_avx2(z, y, y, rows * d);
 }
 
-void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
-                                const GdnShape& s) {
+void CpuBackend::gdn_recurrence(const float* conv, const float* g, const float* beta, float* state,
+                                float* out, int t, const GdnShape& s) {
   // Tokens are sequential; value heads are independent: one task per head, the
   // state [d_k][d_v] swept twice per token (decay + Sᵀk, then update + Sᵀq).
   const int64_t qk = static_cast<int64_t>(s.n_k) * s.d_k;

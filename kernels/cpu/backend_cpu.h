@@ -24,11 +24,13 @@ class CpuBackend : public RefBackend {
   void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
                 bool inverse) override;
   void matmul(const Weight& w, const float* x, float* y, int t) override;
-  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys, int t) override;
-  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain, const float* signs,
-                          int64_t block, float* normed, float* rotated, int64_t rows, int64_t n, float eps) override;
-  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block, float* rotated,
-                   int64_t rows, int64_t n) override;
+  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
+                    int t) override;
+  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                          const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                          int64_t n, float eps) override;
+  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                   float* rotated, int64_t rows, int64_t n) override;
   void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s) override;
   void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
@@ -56,11 +58,11 @@ class CpuBackend : public RefBackend {
   ThreadPool pool_;
   Isa isa_;
   cpu::Precision precision_;
-  cpu::PreparedAct act_;  // reused across calls: prepare_act allocates nothing in steady state
+  cpu::PreparedAct act_;      // reused across calls: prepare_act allocates nothing in steady state
   cpu::PreparedBatch batch_;  // the prefill GEMM's quantized batch, reused likewise
   std::string name_;
   cpu::RepackPolicy repack_policy_;
-  std::vector<std::unique_ptr<cpu::Repack>> repacks_;  // owned targets of Weight::prepared
+  std::vector<std::unique_ptr<cpu::Repack>> repacks_;                  // owned targets of Weight::prepared
   std::unordered_map<float*, std::unique_ptr<cpu::HugeBuffer>> huge_;  // alloc() blocks ≥ 1 MiB
 };
 

@@ -11,6 +11,7 @@ namespace bonsai::cpu {
 // forward: y = FWHT_B(s ⊙ x)/√B; inverse: y = s ⊙ FWHT_B(x)/√B. signs may be nullptr.
 // Blocks of B >= 8 use AVX2 butterflies (in-register for h < 8); smaller B and
 // Isa::Scalar use the reference loop. y may alias x.
-void hadamard_row(const float* x, const float* signs, float* y, int64_t k, int64_t block, bool inverse, Isa isa);
+void hadamard_row(const float* x, const float* signs, float* y, int64_t k, int64_t block, bool inverse,
+                  Isa isa);
 
 }  // namespace bonsai::cpu

@@ -22,7 +22,7 @@ namespace bonsai::cpu {
 
 // Same contract as Backend::gdn_recurrence; tokens are processed in chunks of
 // at most `chunk` (the last may be shorter). Heads are split across the pool.
-void gdn_recurrence_chunked(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
-                            const GdnShape& s, int chunk, ThreadPool& pool);
+void gdn_recurrence_chunked(const float* conv, const float* g, const float* beta, float* state, float* out,
+                            int t, const GdnShape& s, int chunk, ThreadPool& pool);
 
 }  // namespace bonsai::cpu

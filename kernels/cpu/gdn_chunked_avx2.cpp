@@ -8,8 +8,8 @@
 
 namespace bonsai::cpu {
 
-void gdn_recurrence_chunked(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
-                            const GdnShape& s, int chunk, ThreadPool& pool) {
+void gdn_recurrence_chunked(const float* conv, const float* g, const float* beta, float* state, float* out,
+                            int t, const GdnShape& s, int chunk, ThreadPool& pool) {
   const int dk = s.d_k, dv = s.d_v;
   const int64_t qk = static_cast<int64_t>(s.n_k) * dk;
   const int64_t width = 2 * qk + static_cast<int64_t>(s.n_v) * dv;

@@ -8,7 +8,8 @@
 namespace bonsai::ref {
 
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps) {
-  // state rows: [taps-1][C], oldest first. w: ne {taps, C} -> w[c*taps + j] multiplies x_{now - (taps-1) + j}.
+  // state rows: [taps-1][C], oldest first. w: ne {taps, C} -> w[c*taps + j] multiplies x_{now - (taps-1) +
+  // j}.
   for (int i = 0; i < t; ++i) {
     const float* xi = x + static_cast<int64_t>(i) * channels;
     float* oi = out + static_cast<int64_t>(i) * channels;
@@ -73,7 +74,8 @@ void gdn_recurrence(const float* conv, const float* g, const float* beta, float*
   }
 }
 
-void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d, float eps) {
+void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d,
+                   float eps) {
   rmsnorm(o, w, y, rows, d, eps);
   for (int64_t i = 0; i < rows * d; ++i) y[i] *= silu(z[i]);
 }

@@ -10,7 +10,8 @@ namespace bonsai::ref {
 void embed(const Weight& table, const int32_t* tokens, int t, float* out) {
   const size_t stride = table.row_stride();
   for (int i = 0; i < t; ++i)
-    dequantize_row(table.type, table.data + static_cast<size_t>(tokens[i]) * stride, out + i * table.k, table.k);
+    dequantize_row(table.type, table.data + static_cast<size_t>(tokens[i]) * stride, out + i * table.k,
+                   table.k);
 }
 
 void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps) {
@@ -24,10 +25,13 @@ void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t 
   }
 }
 
-void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block, bool inverse) {
+void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+              bool inverse) {
   for (int64_t r = 0; r < rows; ++r) {
-    if (inverse) hadamard_inverse(x + r * k, signs, y + r * k, k, block);
-    else hadamard_forward(x + r * k, signs, y + r * k, k, block);
+    if (inverse)
+      hadamard_inverse(x + r * k, signs, y + r * k, k, block);
+    else
+      hadamard_forward(x + r * k, signs, y + r * k, k, block);
   }
 }
 
@@ -61,8 +65,7 @@ void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64
   for (int64_t r = 0; r < rows; ++r)
     for (int i = 0; i < a; ++i)
       for (int j = 0; j < b; ++j)
-        for (int64_t e = 0; e < d; ++e)
-          y[((r * b + j) * a + i) * d + e] = x[((r * a + i) * b + j) * d + e];
+        for (int64_t e = 0; e < d; ++e) y[((r * b + j) * a + i) * d + e] = x[((r * a + i) * b + j) * d + e];
 }
 
 void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) {

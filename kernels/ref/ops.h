@@ -11,7 +11,8 @@ namespace bonsai::ref {
 
 void embed(const Weight& table, const int32_t* tokens, int t, float* out);
 void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps);
-void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block, bool inverse);
+void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
+              bool inverse);
 void matmul(const Weight& w, const float* x, float* y, int t);
 void add(const float* a, const float* b, float* y, int64_t n);
 void swiglu(const float* gate, const float* up, float* y, int64_t n);
@@ -26,7 +27,8 @@ void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, con
                float* beta, int t, int n_v);
 void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                     const GdnShape& s);
-void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d, float eps);
+void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d,
+                   float eps);
 
 inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }

@@ -47,8 +47,8 @@ class RefBackend : public Backend {
                  const AttentionShape& s) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
-  void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias, float* g,
-                 float* beta, int t, int n_v) override;
+  void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias,
+                 float* g, float* beta, int t, int n_v) override;
   void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                       const GdnShape& s) override;
   void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,

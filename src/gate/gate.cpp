@@ -63,8 +63,8 @@ std::vector<float> read_logits(const Case& c) {
   if (!in) fail("{}: cannot open reference logits of case '{}'", c.logits, c.name);
   const auto size = static_cast<size_t>(in.tellg());
   if (size != n * sizeof(float))
-    fail("{}: {} bytes, expected {} ({} tokens x {} vocab x 4) for case '{}'", c.logits, size, n * 4, c.tokens.size(),
-         c.n_vocab, c.name);
+    fail("{}: {} bytes, expected {} ({} tokens x {} vocab x 4) for case '{}'", c.logits, size, n * 4,
+         c.tokens.size(), c.n_vocab, c.name);
   std::vector<float> v(n);
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(size));
@@ -98,7 +98,8 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
   r.name = c.name;
   r.model = c.model;
   if (static_cast<int>(model.config().n_vocab) != c.n_vocab)
-    fail("case '{}': manifest n_vocab {} but model {} has {}", c.name, c.n_vocab, c.model, model.config().n_vocab);
+    fail("case '{}': manifest n_vocab {} but model {} has {}", c.name, c.n_vocab, c.model,
+         model.config().n_vocab);
   const std::vector<float> ref = read_logits(c);
   const int V = c.n_vocab, T = static_cast<int>(c.tokens.size());
   auto t0 = std::chrono::steady_clock::now();
@@ -131,8 +132,8 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
       for (int i = 0; i < c.n_prompt; ++i) {
         auto l = walk.decode(c.tokens[i]);
         for (int v = 0; v < V; ++v)
-          r.prefill_vs_walk = std::max(r.prefill_vs_walk,
-                                       std::fabs(static_cast<double>(l[v]) - got[static_cast<size_t>(i) * V + v]));
+          r.prefill_vs_walk = std::max(
+              r.prefill_vs_walk, std::fabs(static_cast<double>(l[v]) - got[static_cast<size_t>(i) * V + v]));
       }
     }
     for (int i = start; i < T; ++i) {
@@ -157,8 +158,10 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
     const double m = margin(b, V);
     r.min_margin = std::min(r.min_margin, m);
     if (m < 0.05) ++r.low_margin_rows;
-    if (argmax(a, V) == argmax(b, V)) ++r.argmax_agree;
-    else if (m >= 0.1) ++r.argmax_disagree_high_margin;
+    if (argmax(a, V) == argmax(b, V))
+      ++r.argmax_agree;
+    else if (m >= 0.1)
+      ++r.argmax_disagree_high_margin;
   }
   if (!o.dump_logits_dir.empty()) {
     std::filesystem::create_directories(o.dump_logits_dir);
@@ -168,7 +171,8 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
     std::string file = o.dump_logits_dir + "/" + n + ".logits.f32";
     std::ofstream out(file, std::ios::binary);
     if (!out) fail("{}: cannot write logits dump", file);
-    out.write(reinterpret_cast<const char*>(got.data()), static_cast<std::streamsize>(got.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(got.data()),
+              static_cast<std::streamsize>(got.size() * sizeof(float)));
   }
 
   // Greedy free run from the prompt.
@@ -187,7 +191,8 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
     plain.dump_dir.clear();
     Session s(model, plain);
     std::span<const float> l;
-    if (o.prefill) l = s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt));
+    if (o.prefill)
+      l = s.prefill(std::span<const int32_t>(c.tokens.data(), c.n_prompt));
     else
       for (int i = 0; i < c.n_prompt; ++i) l = s.decode(c.tokens[i]);
     for (int i = c.n_prompt; i < T; ++i) {
@@ -201,14 +206,18 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
 
   const double tol = 2e-4 * std::max(1.0, r.max_abs_ref);
   if (o.criteria == GateCriteria::Strict) {
-    if (r.argmax_agree != T) r.why = fmt::format("argmax differs at {} of {} positions", T - r.argmax_agree, T);
-    else if (r.max_abs_diff > tol) r.why = fmt::format("max|dlogit| {:.3e} > {:.3e}", r.max_abs_diff, tol);
+    if (r.argmax_agree != T)
+      r.why = fmt::format("argmax differs at {} of {} positions", T - r.argmax_agree, T);
+    else if (r.max_abs_diff > tol)
+      r.why = fmt::format("max|dlogit| {:.3e} > {:.3e}", r.max_abs_diff, tol);
     else if (r.continuation_match != r.continuation_len)
       r.why = fmt::format("greedy continuation diverges at step {}", r.continuation_match);
   } else {
-    if (r.min_cosine < 0.999) r.why = fmt::format("min cosine {:.6f} < 0.999", r.min_cosine);
+    if (r.min_cosine < 0.999)
+      r.why = fmt::format("min cosine {:.6f} < 0.999", r.min_cosine);
     else if (r.argmax_disagree_high_margin > 0)
-      r.why = fmt::format("argmax differs at {} positions with reference margin >= 0.1", r.argmax_disagree_high_margin);
+      r.why = fmt::format("argmax differs at {} positions with reference margin >= 0.1",
+                          r.argmax_disagree_high_margin);
     else if (r.continuation_match < r.continuation_required)
       r.why = fmt::format("greedy continuation diverges at step {} (must match {})", r.continuation_match,
                           r.continuation_required);

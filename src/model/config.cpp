@@ -64,12 +64,17 @@ void ModelConfig::validate(const std::string& where) const {
   auto need = [&](bool ok, const char* what) {
     if (!ok) fail("{}: inconsistent qwen35 hyperparameters: {}", where, what);
   };
-  need(n_layer > 0 && n_embd > 0 && n_ff > 0 && n_vocab > 0, "block_count, embedding_length, feed_forward_length and vocab must be > 0");
-  need(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0, "attention.head_count must be a positive multiple of head_count_kv");
+  need(n_layer > 0 && n_embd > 0 && n_ff > 0 && n_vocab > 0,
+       "block_count, embedding_length, feed_forward_length and vocab must be > 0");
+  need(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0,
+       "attention.head_count must be a positive multiple of head_count_kv");
   need(head_dim_k > 0 && head_dim_k == head_dim_v, "attention.key_length must equal value_length (> 0)");
-  need(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim_k, "rope.dimension_count must be even and <= key_length");
-  need(ssm_n_k > 0 && ssm_n_v > 0 && ssm_n_v % ssm_n_k == 0, "ssm.time_step_rank must be a positive multiple of ssm.group_count");
-  need(ssm_d_inner > 0 && ssm_d_inner % ssm_n_v == 0, "ssm.inner_size must be a multiple of ssm.time_step_rank");
+  need(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim_k,
+       "rope.dimension_count must be even and <= key_length");
+  need(ssm_n_k > 0 && ssm_n_v > 0 && ssm_n_v % ssm_n_k == 0,
+       "ssm.time_step_rank must be a positive multiple of ssm.group_count");
+  need(ssm_d_inner > 0 && ssm_d_inner % ssm_n_v == 0,
+       "ssm.inner_size must be a multiple of ssm.time_step_rank");
   need(ssm_d_state > 0, "ssm.state_size must be > 0");
   need(ssm_conv >= 1 && ssm_conv <= 16, "ssm.conv_kernel must be in 1..16");
   need(rms_eps > 0 && rms_eps < 1, "attention.layer_norm_rms_epsilon must be in (0, 1)");

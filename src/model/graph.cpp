@@ -11,19 +11,20 @@ namespace bonsai {
 
 // Activation buffers in backend memory, sized for `capacity_` tokens.
 struct Graph::Scratch {
-  float *x, *h, *xn, *xr, *mix;          // [t][E]: residual, post-mixer residual, normed, rotated, mixer out
-  float *qkv, *z, *alpha, *beta_in;      // GDN projections
+  float *x, *h, *xn, *xr, *mix;      // [t][E]: residual, post-mixer residual, normed, rotated, mixer out
+  float *qkv, *z, *alpha, *beta_in;  // GDN projections
   float *conv, *g, *beta, *o, *fo, *fog, *fr;
   float *qf, *q, *qgate, *k, *v, *att, *attr;  // attention
-  float *fg, *fu, *fa, *far, *ffo;       // FFN
-  float* logits;                          // [t][V]
+  float *fg, *fu, *fa, *far, *ffo;             // FFN
+  float* logits;                               // [t][V]
 };
 
 namespace {
 int64_t prod(int64_t a, int64_t b) { return a * b; }
 }  // namespace
 
-Graph::Graph(const Model& model, Backend& backend, int n_ctx) : model_(model), c_(model.config()), be_(backend) {
+Graph::Graph(const Model& model, Backend& backend, int n_ctx)
+    : model_(model), c_(model.config()), be_(backend) {
   const ModelWeights& mw = model.weights();
   w_.tok_embd = mw.tok_embd;
   w_.output_norm = mw.output_norm;
@@ -34,12 +35,15 @@ Graph::Graph(const Model& model, Backend& backend, int n_ctx) : model_(model), c
   };
   prep(w_.tok_embd);
   prep(w_.output_norm);
-  if (!c_.tied_output) prep(w_.output);
-  else w_.output = w_.tok_embd;
+  if (!c_.tied_output)
+    prep(w_.output);
+  else
+    w_.output = w_.tok_embd;
   for (auto& L : w_.layers)
-    for (Weight* w : {&L.attn_norm, &L.post_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ssm_qkv, &L.ssm_z,
-                      &L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_alpha, &L.ssm_beta, &L.ssm_norm, &L.ssm_out,
-                      &L.attn_q, &L.attn_k, &L.attn_v, &L.attn_out, &L.attn_q_norm, &L.attn_k_norm})
+    for (Weight* w :
+         {&L.attn_norm,  &L.post_norm,   &L.ffn_gate, &L.ffn_up,    &L.ffn_down,    &L.ssm_qkv,    &L.ssm_z,
+          &L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a,    &L.ssm_alpha, &L.ssm_beta,    &L.ssm_norm,   &L.ssm_out,
+          &L.attn_q,     &L.attn_k,      &L.attn_v,   &L.attn_out,  &L.attn_q_norm, &L.attn_k_norm})
       prep(*w);
 
   if (const HadamardSpec* hs = model.hadamard()) {
@@ -59,7 +63,8 @@ Graph::Graph(const Model& model, Backend& backend, int n_ctx) : model_(model), c
       state_.k_cache.push_back(nullptr);
       state_.v_cache.push_back(nullptr);
       state_.conv_state.push_back(be_.alloc(static_cast<size_t>(c_.ssm_conv - 1) * c_.ssm_conv_channels()));
-      state_.ssm_state.push_back(be_.alloc(static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim()));
+      state_.ssm_state.push_back(
+          be_.alloc(static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim()));
     } else {
       state_.k_cache.push_back(be_.alloc(static_cast<size_t>(n_ctx) * kv));
       state_.v_cache.push_back(be_.alloc(static_cast<size_t>(n_ctx) * kv));
@@ -80,15 +85,17 @@ Graph::~Graph() {
   for (float* p : state_.conv_state) rel(p);
   for (float* p : state_.ssm_state) rel(p);
   if (s_) {
-    for (float* p : {s_->x, s_->h, s_->xn, s_->xr, s_->mix, s_->qkv, s_->z, s_->alpha, s_->beta_in, s_->conv, s_->g,
-                     s_->beta, s_->o, s_->fo, s_->fog, s_->fr, s_->qf, s_->q, s_->qgate, s_->k, s_->v, s_->att,
-                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->logits})
+    for (float* p :
+         {s_->x, s_->h,    s_->xn,   s_->xr, s_->mix, s_->qkv, s_->z,   s_->alpha, s_->beta_in, s_->conv,
+          s_->g, s_->beta, s_->o,    s_->fo, s_->fog, s_->fr,  s_->qf,  s_->q,     s_->qgate,   s_->k,
+          s_->v, s_->att,  s_->attr, s_->fg, s_->fu,  s_->fa,  s_->far, s_->ffo,   s_->logits})
       rel(p);
   }
   for (auto& L : w_.layers)
-    for (Weight* w : {&L.attn_norm, &L.post_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.ssm_qkv, &L.ssm_z,
-                      &L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_alpha, &L.ssm_beta, &L.ssm_norm, &L.ssm_out,
-                      &L.attn_q, &L.attn_k, &L.attn_v, &L.attn_out, &L.attn_q_norm, &L.attn_k_norm})
+    for (Weight* w :
+         {&L.attn_norm,  &L.post_norm,   &L.ffn_gate, &L.ffn_up,    &L.ffn_down,    &L.ssm_qkv,    &L.ssm_z,
+          &L.ssm_conv1d, &L.ssm_dt_bias, &L.ssm_a,    &L.ssm_alpha, &L.ssm_beta,    &L.ssm_norm,   &L.ssm_out,
+          &L.attn_q,     &L.attn_k,      &L.attn_v,   &L.attn_out,  &L.attn_q_norm, &L.attn_k_norm})
       if (!w->empty()) be_.unprepare(*w);
   be_.unprepare(w_.tok_embd);
   be_.unprepare(w_.output_norm);
@@ -98,9 +105,10 @@ Graph::~Graph() {
 void Graph::ensure_scratch(int t) {
   if (s_ && t <= capacity_) return;
   if (s_) {
-    for (float* p : {s_->x, s_->h, s_->xn, s_->xr, s_->mix, s_->qkv, s_->z, s_->alpha, s_->beta_in, s_->conv, s_->g,
-                     s_->beta, s_->o, s_->fo, s_->fog, s_->fr, s_->qf, s_->q, s_->qgate, s_->k, s_->v, s_->att,
-                     s_->attr, s_->fg, s_->fu, s_->fa, s_->far, s_->ffo, s_->logits})
+    for (float* p :
+         {s_->x, s_->h,    s_->xn,   s_->xr, s_->mix, s_->qkv, s_->z,   s_->alpha, s_->beta_in, s_->conv,
+          s_->g, s_->beta, s_->o,    s_->fo, s_->fog, s_->fr,  s_->qf,  s_->q,     s_->qgate,   s_->k,
+          s_->v, s_->att,  s_->attr, s_->fg, s_->fu,  s_->fa,  s_->far, s_->ffo,   s_->logits})
       be_.release(p);
   }
   s_ = std::make_unique<Scratch>();
@@ -108,11 +116,34 @@ void Graph::ensure_scratch(int t) {
   auto a = [&](int64_t width) { return be_.alloc(static_cast<size_t>(width) * t); };
   const int64_t E = c_.n_embd, F = c_.n_ff, C = c_.ssm_conv_channels(), DI = c_.ssm_d_inner, NV = c_.ssm_n_v;
   const int64_t HD = prod(c_.n_head, c_.head_dim_k), KV = prod(c_.n_head_kv, c_.head_dim_k);
-  s_->x = a(E); s_->h = a(E); s_->xn = a(E); s_->xr = a(E); s_->mix = a(E);
-  s_->qkv = a(C); s_->z = a(DI); s_->alpha = a(NV); s_->beta_in = a(NV);
-  s_->conv = a(C); s_->g = a(NV); s_->beta = a(NV); s_->o = a(DI); s_->fo = a(DI); s_->fog = a(DI); s_->fr = a(DI);
-  s_->qf = a(2 * HD); s_->q = a(HD); s_->qgate = a(HD); s_->k = a(KV); s_->v = a(KV); s_->att = a(HD); s_->attr = a(HD);
-  s_->fg = a(F); s_->fu = a(F); s_->fa = a(F); s_->far = a(F); s_->ffo = a(E);
+  s_->x = a(E);
+  s_->h = a(E);
+  s_->xn = a(E);
+  s_->xr = a(E);
+  s_->mix = a(E);
+  s_->qkv = a(C);
+  s_->z = a(DI);
+  s_->alpha = a(NV);
+  s_->beta_in = a(NV);
+  s_->conv = a(C);
+  s_->g = a(NV);
+  s_->beta = a(NV);
+  s_->o = a(DI);
+  s_->fo = a(DI);
+  s_->fog = a(DI);
+  s_->fr = a(DI);
+  s_->qf = a(2 * HD);
+  s_->q = a(HD);
+  s_->qgate = a(HD);
+  s_->k = a(KV);
+  s_->v = a(KV);
+  s_->att = a(HD);
+  s_->attr = a(HD);
+  s_->fg = a(F);
+  s_->fu = a(F);
+  s_->fa = a(F);
+  s_->far = a(F);
+  s_->ffo = a(E);
   s_->logits = a(c_.n_vocab);
 }
 
@@ -257,13 +288,16 @@ void Graph::forward_ops(const int32_t* tokens, int t, int pos0, bool head, int f
   // in the middle of each layer (post_attention_norm) and at its end (the next
   // layer's attn_norm, or output_norm for the head).
   const float* signs_e = signs_for(E);
-  be_.residual_norm_site(s.x, nullptr, s.x, w_.layers[0].attn_norm, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
+  be_.residual_norm_site(s.x, nullptr, s.x, w_.layers[0].attn_norm, signs_e, block_, s.xn, s.xr, t, E,
+                         c_.rms_eps);
   name("attn_norm", 0, s.xn, E, t, pos0);
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     const int l = static_cast<int>(il);
-    if (L.recurrent) gdn_layer(l, t, pos0);
-    else attention_layer(l, t, pos0);
+    if (L.recurrent)
+      gdn_layer(l, t, pos0);
+    else
+      attention_layer(l, t, pos0);
     be_.residual_norm_site(s.x, s.mix, s.h, L.post_norm, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
     name("attn_residual", l, s.h, E, t, pos0);
     name("attn_post_norm", l, s.xn, E, t, pos0);
@@ -272,8 +306,10 @@ void Graph::forward_ops(const int32_t* tokens, int t, int pos0, bool head, int f
     const Weight& next_gain = last ? w_.output_norm : w_.layers[il + 1].attn_norm;
     be_.residual_norm_site(s.h, s.ffo, s.x, next_gain, signs_e, block_, s.xn, s.xr, t, E, c_.rms_eps);
     name("l_out", l, s.x, E, t, pos0);
-    if (last) name("result_norm", -1, s.xn, E, t, pos0);
-    else name("attn_norm", l + 1, s.xn, E, t, pos0);
+    if (last)
+      name("result_norm", -1, s.xn, E, t, pos0);
+    else
+      name("attn_norm", l + 1, s.xn, E, t, pos0);
   }
 
   if (!head) return;  // a prefill chunk whose logits nobody reads: skip the head
@@ -357,7 +393,8 @@ void Graph::gdn_layer(int il, int t, int pos0) {
 void Graph::attention_layer(int il, int t, int pos0) {
   Scratch& s = *s_;
   const LayerWeights& L = w_.layers[il];
-  const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv), D = static_cast<int>(c_.head_dim_k);
+  const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv),
+            D = static_cast<int>(c_.head_dim_k);
   const int64_t HD = prod(H, D);
   const Weight* proj[] = {&L.attn_q, &L.attn_k, &L.attn_v};
   float* proj_out[] = {s.qf, s.k, s.v};
@@ -392,7 +429,8 @@ void Graph::attention_layer(int il, int t, int pos0) {
 void Graph::attention_ops(int il, int t, int pos0, const AttentionShape& as) {
   Scratch& s = *s_;
   const LayerWeights& L = w_.layers[il];
-  const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv), D = static_cast<int>(c_.head_dim_k);
+  const int H = static_cast<int>(c_.n_head), HKV = static_cast<int>(c_.n_head_kv),
+            D = static_cast<int>(c_.head_dim_k);
   const int64_t HD = prod(H, D), KV = prod(HKV, D);
   // attn_q rows are per head [D query | D gate].
   be_.take_part(s.qf, s.q, static_cast<int64_t>(t) * H, 2, 0, D);

@@ -19,8 +19,8 @@ namespace bonsai {
 // Per-sequence state living in backend memory.
 struct GraphState {
   int n_ctx = 0;
-  std::vector<float*> k_cache, v_cache;      // attention layers: [n_ctx][Hkv·D] (nullptr for GDN layers)
-  std::vector<float*> conv_state, ssm_state; // GDN layers: [(taps-1)][C] and [n_v][d_k][d_v]
+  std::vector<float*> k_cache, v_cache;       // attention layers: [n_ctx][Hkv·D] (nullptr for GDN layers)
+  std::vector<float*> conv_state, ssm_state;  // GDN layers: [(taps-1)][C] and [n_v][d_k][d_v]
 };
 
 class Graph {
@@ -65,7 +65,7 @@ class Graph {
   const Model& model_;
   const ModelConfig& c_;
   Backend& be_;
-  ModelWeights w_;  // copies of the bound weights (the backend may attach prepared data)
+  ModelWeights w_;     // copies of the bound weights (the backend may attach prepared data)
   int64_t block_ = 0;  // Hadamard block (0: unrotated model)
   bool permute_ssm_out_ = false;
   std::vector<std::pair<int64_t, float*>> signs_;  // width -> backend buffer (nullptr: identity)

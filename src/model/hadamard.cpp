@@ -52,8 +52,8 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
   if (mode == "explicit") {
     h->explicit_signs = true;
     const GgufValue& widths = f.get_array(k("sign_widths"));
-    if (!widths.elems || widths.is_float() || widths.elem_type == GgufType::F32 || widths.elem_type == GgufType::F64 ||
-        widths.elem_type == GgufType::BOOL)
+    if (!widths.elems || widths.is_float() || widths.elem_type == GgufType::F32 ||
+        widths.elem_type == GgufType::F64 || widths.elem_type == GgufType::BOOL)
       fail("{}: key '{}' must be an integer array", path, k("sign_widths"));
     const GgufValue& values = f.get_array(k("sign_values"));
     if (!values.elems || values.elem_type == GgufType::BOOL)
@@ -66,8 +66,8 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
       total += static_cast<uint64_t>(w);
     }
     if (total != values.count)
-      fail("{}: key '{}' has {} values but '{}' add up to {}", path, k("sign_values"), values.count, k("sign_widths"),
-           total);
+      fail("{}: key '{}' has {} values but '{}' add up to {}", path, k("sign_values"), values.count,
+           k("sign_widths"), total);
     uint64_t at = 0;
     for (uint64_t i = 0; i < widths.count; ++i) {
       int64_t w = widths.elem_i64(i);
@@ -75,8 +75,8 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
       for (int64_t j = 0; j < w; ++j, ++at) {
         double v = values.elem_f64(at);
         if (v != 1.0 && v != -1.0)
-          fail("{}: key '{}': value #{} (width {}, index {}) is {}, every sign must be exactly +1 or -1", path,
-               k("sign_values"), at, w, j, v);
+          fail("{}: key '{}': value #{} (width {}, index {}) is {}, every sign must be exactly +1 or -1",
+               path, k("sign_values"), at, w, j, v);
         s[j] = static_cast<float>(v);
       }
       h->signs.emplace(w, std::move(s));
@@ -93,7 +93,8 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
   }
   for (auto& n : string_array(f, k("inverse_weight_names"))) {
     if (n != "token_embd.weight")
-      fail("{}: key '{}' lists '{}': only token_embd.weight may be inverse-rotated", path, k("inverse_weight_names"), n);
+      fail("{}: key '{}' lists '{}': only token_embd.weight may be inverse-rotated", path,
+           k("inverse_weight_names"), n);
     h->inverse.insert(n);
   }
   if (!f.has(k("gdn_v_grouped")))
@@ -110,33 +111,38 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
 void HadamardSpec::validate_against(const GgufFile& f, const ModelConfig& c) const {
   const std::string& path = f.path();
   for (const auto& name : folded)
-    if (!f.find_tensor(name)) fail("{}: key '{}' lists '{}', which is not a tensor in the file", path, k("weight_names"), name);
+    if (!f.find_tensor(name))
+      fail("{}: key '{}' lists '{}', which is not a tensor in the file", path, k("weight_names"), name);
   for (const auto& name : inverse)
     if (!f.find_tensor(name))
-      fail("{}: key '{}' lists '{}', which is not a tensor in the file", path, k("inverse_weight_names"), name);
+      fail("{}: key '{}' lists '{}', which is not a tensor in the file", path, k("inverse_weight_names"),
+           name);
   if (!inverse.count("token_embd.weight"))
-    fail("{}: key '{}' must list token_embd.weight (the embedding of a folded model is inverse-rotated)", path,
-         k("inverse_weight_names"));
+    fail("{}: key '{}' must list token_embd.weight (the embedding of a folded model is inverse-rotated)",
+         path, k("inverse_weight_names"));
 
   // Which tensors of the graph are folded linears: exactly these must be listed.
   std::set<int64_t> widths;
   for (const TensorSpec& s : tensor_inventory(c)) {
     if (s.role != TensorRole::Folded) {
       if (folded.count(s.name))
-        fail("{}: key '{}' lists '{}', which is not a linear the rotation can be folded into", path, k("weight_names"), s.name);
+        fail("{}: key '{}' lists '{}', which is not a linear the rotation can be folded into", path,
+             k("weight_names"), s.name);
       continue;
     }
     if (!folded.count(s.name))
-      fail("{}: key '{}' does not list '{}': a rotated model must fold every ternary linear", path, k("weight_names"),
-           s.name);
+      fail("{}: key '{}' does not list '{}': a rotated model must fold every ternary linear", path,
+           k("weight_names"), s.name);
     widths.insert(static_cast<int64_t>(s.ne[0]));
   }
   widths.insert(c.n_embd);  // embedding inverse and (tied) head
   if (c.tied_output) {
     if (version < 2 || !tied_output)
-      fail("{}: the model has no output.weight (tied head) but '{}' is not true with {} = 2; a folded tied head "
-           "cannot be used without it",
-           path, k("tied_output"), k("version"));
+      fail(
+          "{}: the model has no output.weight (tied head) but '{}' is not true with {} = 2; a folded tied "
+          "head "
+          "cannot be used without it",
+          path, k("tied_output"), k("version"));
   } else if (tied_output) {
     fail("{}: key '{}' is true but the file has an output.weight tensor", path, k("tied_output"));
   }

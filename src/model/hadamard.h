@@ -15,13 +15,13 @@ struct ModelConfig;
 
 struct HadamardSpec {
   int version = 1;
-  int64_t block = 0;                          // B, power of two
-  bool explicit_signs = true;                 // sign_mode explicit (false: identity, all +1)
-  bool gdn_v_grouped = false;                 // ssm_out input columns in grouped head order
-  bool tied_output = false;                   // version 2: token_embd is also the (folded) head
+  int64_t block = 0;                            // B, power of two
+  bool explicit_signs = true;                   // sign_mode explicit (false: identity, all +1)
+  bool gdn_v_grouped = false;                   // ssm_out input columns in grouped head order
+  bool tied_output = false;                     // version 2: token_embd is also the (folded) head
   std::map<int64_t, std::vector<float>> signs;  // input width K -> K values ±1
-  std::set<std::string> folded;               // weight_names
-  std::set<std::string> inverse;              // inverse_weight_names (only token_embd.weight)
+  std::set<std::string> folded;                 // weight_names
+  std::set<std::string> inverse;                // inverse_weight_names (only token_embd.weight)
 
   bool is_folded(const std::string& name) const { return folded.count(name) != 0; }
   // Signs for width k (nullptr for identity mode).

@@ -23,9 +23,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
     // rotation keys the stored weights are in the wrong basis and the output is garbage.
     for (const auto& t : f.tensors())
       if (t.dtype == DType::PQ2_0 || t.dtype == DType::PTQ1_0)
-        fail("{}: tensor '{}' is {} but the file has no prism.hadamard.* keys: Bonsai 2 weights are stored in a "
-             "Hadamard-rotated basis and cannot be run without the rotation metadata",
-             path, t.name, dtype_name(t.dtype));
+        fail(
+            "{}: tensor '{}' is {} but the file has no prism.hadamard.* keys: Bonsai 2 weights are stored in "
+            "a "
+            "Hadamard-rotated basis and cannot be run without the rotation metadata",
+            path, t.name, dtype_name(t.dtype));
   }
   m->weights_ = ModelWeights::bind(f, m->config_);
   for (const auto& L : m->weights_->layers) {

@@ -15,9 +15,11 @@ bool allowed(TensorRole role, DType t) {
     case TensorRole::Embedding:
       return t == DType::PQ2_0 || t == DType::PTQ1_0 || t == DType::Q2_0_G128 || t == DType::Q2_0_G64 ||
              t == DType::Q1_0 || t == DType::Q8_0 || t == DType::F16 || t == DType::BF16 || t == DType::F32;
-    case TensorRole::SsmAB: return t == DType::BF16 || t == DType::F16 || t == DType::F32;
+    case TensorRole::SsmAB:
+      return t == DType::BF16 || t == DType::F16 || t == DType::F32;
     case TensorRole::Norm:
-    case TensorRole::SsmParam: return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    case TensorRole::SsmParam:
+      return t == DType::F32 || t == DType::F16 || t == DType::BF16;
   }
   return false;
 }
@@ -25,9 +27,12 @@ bool allowed(TensorRole role, DType t) {
 const char* allowed_list(TensorRole role) {
   switch (role) {
     case TensorRole::Folded:
-    case TensorRole::Embedding: return "PQ2_0, PTQ1_0, Q2_0, Q1_0, Q8_0, F16, BF16, F32";
-    case TensorRole::SsmAB: return "BF16, F16, F32";
-    default: return "F32, F16, BF16";
+    case TensorRole::Embedding:
+      return "PQ2_0, PTQ1_0, Q2_0, Q1_0, Q8_0, F16, BF16, F32";
+    case TensorRole::SsmAB:
+      return "BF16, F16, F32";
+    default:
+      return "F32, F16, BF16";
   }
 }
 
@@ -48,7 +53,8 @@ std::unique_ptr<ModelWeights> ModelWeights::bind(const GgufFile& f, const ModelC
     }
     if (!allowed(s.role, t.dtype))
       fail("{}: tensor '{}' has type {}, expected one of: {}", f.path(), s.name,
-           t.dtype == DType::Other ? type_info(t.ggml_type)->name : dtype_info(t.dtype).name, allowed_list(s.role));
+           t.dtype == DType::Other ? type_info(t.ggml_type)->name : dtype_info(t.dtype).name,
+           allowed_list(s.role));
     Weight w;
     w.name = s.name;
     w.type = t.dtype;

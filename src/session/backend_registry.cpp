@@ -28,7 +28,8 @@ std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) 
   }
   // "fast": the CPU kernels at the best ISA this CPU has (BONSAI_ISA=scalar|avx2|avx512 forces one),
   // with faithful (int16-accurate) activations; "fast-int8" trades fidelity for speed.
-  if (path == "fast" || path == "cpu") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Faithful);
+  if (path == "fast" || path == "cpu")
+    return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Faithful);
   if (path == "fast-int8") return std::make_unique<CpuBackend>(n_threads, select_isa(), cpu::Precision::Int8);
 #if BONSAI_HAVE_CUDA
   // "cuda": device 0 (CUDA_VISIBLE_DEVICES picks another); fails when no device is usable.

@@ -42,16 +42,18 @@ class ProfilingBackend : public Backend {
   void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
                 bool inverse) override;
   void matmul(const Weight& w, const float* x, float* y, int t) override;
-  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys, int t) override;
+  void matmul_multi(std::span<const Weight* const> ws, const float* x, std::span<float* const> ys,
+                    int t) override;
   void add(const float* a, const float* b, float* y, int64_t n) override;
   void swiglu(const float* gate, const float* up, float* y, int64_t n) override;
   void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n) override;
   void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d) override;
   void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) override;
-  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain, const float* signs,
-                          int64_t block, float* normed, float* rotated, int64_t rows, int64_t n, float eps) override;
-  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block, float* rotated,
-                   int64_t rows, int64_t n) override;
+  void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
+                          const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
+                          int64_t n, float eps) override;
+  void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
+                   float* rotated, int64_t rows, int64_t n) override;
   void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) override;
   // The capture hooks keep their no-op defaults: a profiled run executes every op eagerly.
   void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
@@ -59,8 +61,8 @@ class ProfilingBackend : public Backend {
                  const AttentionShape& s) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
-  void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias, float* g,
-                 float* beta, int t, int n_v) override;
+  void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias,
+                 float* g, float* beta, int t, int n_v) override;
   void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                       const GdnShape& s) override;
   void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,

@@ -57,13 +57,15 @@ struct Session::Impl {
   }
 };
 
-Session::Session(const Model& model, const SessionOptions& opts) : impl_(std::make_unique<Impl>(model, opts)) {}
+Session::Session(const Model& model, const SessionOptions& opts)
+    : impl_(std::make_unique<Impl>(model, opts)) {}
 Session::~Session() = default;
 
 std::span<const float> Session::decode(int32_t token) {
   Impl& s = *impl_;
   s.check_token(token);
-  if (s.pos >= s.n_ctx) fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
+  if (s.pos >= s.n_ctx)
+    fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
   s.graph->forward(&token, 1, s.pos, s.logits.data(), false);
   s.logits_on_host = true;
   ++s.pos;
@@ -80,7 +82,8 @@ std::span<const TokenLogit> Session::decode_top_k(int32_t token, int k, int64_t 
   if (k < 1 || k > kMaxTopK || n < k || n > V)
     fail("decode_top_k: k = {} of n = {} logits (need 1 <= k <= min(n, {}), n <= n_vocab = {})", k, n,
          kMaxTopK, V);
-  if (s.pos >= s.n_ctx) fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
+  if (s.pos >= s.n_ctx)
+    fail("context full: all {} positions are used (reset the session or raise -c)", s.n_ctx);
   s.best_ids.resize(static_cast<size_t>(k));
   s.best_values.resize(static_cast<size_t>(k));
   s.graph->forward_top_k(token, s.pos, k, n, s.best_ids.data(), s.best_values.data());
@@ -143,7 +146,8 @@ uint64_t Session::tokens_processed() const { return impl_->processed; }
 std::vector<OpProfile> Session::profile() const {
   std::vector<OpProfile> out;
   if (!impl_->profiler) return out;
-  for (const auto& [op, st] : impl_->profiler->stats()) out.push_back({op, st.seconds, st.calls, st.weight_bytes});
+  for (const auto& [op, st] : impl_->profiler->stats())
+    out.push_back({op, st.seconds, st.calls, st.weight_bytes});
   return out;
 }
 

@@ -17,10 +17,14 @@ struct GateCli {
 
 void run(GateCli& g) {
   GateOptions& o = g.o;
-  if (g.criteria == "auto") o.criteria = o.path == "ref" ? GateCriteria::Strict : GateCriteria::Fast;
-  else if (g.criteria == "strict") o.criteria = GateCriteria::Strict;
-  else if (g.criteria == "fast") o.criteria = GateCriteria::Fast;
-  else usage_fail("--criteria must be auto, strict or fast (got '{}')", g.criteria);
+  if (g.criteria == "auto")
+    o.criteria = o.path == "ref" ? GateCriteria::Strict : GateCriteria::Fast;
+  else if (g.criteria == "strict")
+    o.criteria = GateCriteria::Strict;
+  else if (g.criteria == "fast")
+    o.criteria = GateCriteria::Fast;
+  else
+    usage_fail("--criteria must be auto, strict or fast (got '{}')", g.criteria);
   if (!g.json) o.on_case_start = [](const std::string& n) { fmt::print(stderr, "running {} ...\n", n); };
   auto results = run_gate(o);
   bool all = true;
@@ -33,30 +37,40 @@ void run(GateCli& g) {
     j["prefill"] = o.prefill;
     j["pass"] = all;
     for (const auto& r : results)
-      j["cases"].push_back({{"name", r.name}, {"model", r.model}, {"positions", r.positions},
-                            {"argmax_agree", r.argmax_agree}, {"low_margin_rows", r.low_margin_rows},
+      j["cases"].push_back({{"name", r.name},
+                            {"model", r.model},
+                            {"positions", r.positions},
+                            {"argmax_agree", r.argmax_agree},
+                            {"low_margin_rows", r.low_margin_rows},
                             {"argmax_disagree_margin_ge_0_1", r.argmax_disagree_high_margin},
-                            {"max_abs_diff", r.max_abs_diff}, {"max_abs_ref", r.max_abs_ref},
-                            {"min_cosine", r.min_cosine}, {"min_ref_margin", r.min_margin},
-                            {"continuation_len", r.continuation_len}, {"continuation_match", r.continuation_match},
-                            {"continuation_required", r.continuation_required}, {"seconds", r.seconds},
+                            {"max_abs_diff", r.max_abs_diff},
+                            {"max_abs_ref", r.max_abs_ref},
+                            {"min_cosine", r.min_cosine},
+                            {"min_ref_margin", r.min_margin},
+                            {"continuation_len", r.continuation_len},
+                            {"continuation_match", r.continuation_match},
+                            {"continuation_required", r.continuation_required},
+                            {"seconds", r.seconds},
                             {"prefill_vs_walk_max_abs_diff", r.prefill_vs_walk},
-                            {"pass", r.pass}, {"why", r.why}});
+                            {"pass", r.pass},
+                            {"why", r.why}});
     fmt::print("{}\n", j.dump(1));
   } else {
     fmt::print("gate: {} | path {} | criteria {}{}\n\n", o.manifest, o.path,
                o.criteria == GateCriteria::Strict ? "strict" : "fast", o.prefill ? " | prefill" : "");
-    fmt::print("{:<26} {:>5} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7} {:>6}  {}\n", "case", "pos", "argmax", "m<0.05",
-               "max|d|", "tol", "min cos", "cont", "sec", "result");
+    fmt::print("{:<26} {:>5} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7} {:>6}  {}\n", "case", "pos", "argmax",
+               "m<0.05", "max|d|", "tol", "min cos", "cont", "sec", "result");
     for (const auto& r : results) {
       const double tol = 2e-4 * std::max(1.0, r.max_abs_ref);
-      fmt::print("{:<26} {:>5} {:>4}/{:<4} {:>8} {:>10.3e} {:>10.3e} {:>9.6f} {:>3}/{:<3} {:>6.2f}  {}\n", r.name,
-                 r.positions, r.argmax_agree, r.positions, r.low_margin_rows, r.max_abs_diff, tol, r.min_cosine,
-                 r.continuation_match, r.continuation_len, r.seconds, r.pass ? "PASS" : "FAIL: " + r.why);
+      fmt::print("{:<26} {:>5} {:>4}/{:<4} {:>8} {:>10.3e} {:>10.3e} {:>9.6f} {:>3}/{:<3} {:>6.2f}  {}\n",
+                 r.name, r.positions, r.argmax_agree, r.positions, r.low_margin_rows, r.max_abs_diff, tol,
+                 r.min_cosine, r.continuation_match, r.continuation_len, r.seconds,
+                 r.pass ? "PASS" : "FAIL: " + r.why);
     }
     if (o.prefill)
       for (const auto& r : results)
-        fmt::print("{:<26} prefill vs token walk (same build): max|dlogit| {:.3e}\n", r.name, r.prefill_vs_walk);
+        fmt::print("{:<26} prefill vs token walk (same build): max|dlogit| {:.3e}\n", r.name,
+                   r.prefill_vs_walk);
     size_t n_pass = 0;
     for (const auto& r : results) n_pass += r.pass;
     fmt::print("\n{} of {} cases passed\n", n_pass, results.size());
@@ -69,15 +83,19 @@ void run(GateCli& g) {
 void add_gate(CLI::App& app) {
   auto g = std::make_shared<GateCli>();
   auto* cmd = app.add_subcommand("gate", "Token parity against reference logits (bonsai-parity/1 manifest)");
-  cmd->add_option("manifest", g->o.manifest, "Parity manifest (e.g. ../shared/fixtures/manifest.json)")->required();
+  cmd->add_option("manifest", g->o.manifest, "Parity manifest (e.g. ../shared/fixtures/manifest.json)")
+      ->required();
   cmd->add_option("--case", g->o.cases, "Only cases whose name equals or contains this (repeatable)");
-  cmd->add_option("--path,--backend", g->o.path,
-                  "Compute path: ref (scalar reference), fast/cpu (CPU kernels, faithful), fast-int8, cuda, auto")->capture_default_str();
+  cmd->add_option(
+         "--path,--backend", g->o.path,
+         "Compute path: ref (scalar reference), fast/cpu (CPU kernels, faithful), fast-int8, cuda, auto")
+      ->capture_default_str();
   cmd->add_option("--criteria", g->criteria, "auto (strict for ref, fast otherwise), strict or fast")
       ->capture_default_str();
   cmd->add_option("-t,--threads", g->o.n_threads, "Threads (0 = physical cores)")->check(CLI::Range(0, 1024));
   cmd->add_flag("--prefill", g->o.prefill, "Feed the prompt through Session::prefill");
-  cmd->add_option("--dump-logits", g->o.dump_logits_dir, "Write teacher-forced logits per case (<case>.logits.f32)");
+  cmd->add_option("--dump-logits", g->o.dump_logits_dir,
+                  "Write teacher-forced logits per case (<case>.logits.f32)");
   cmd->add_option("--dump-activations", g->o.dump_activations_dir,
                   "Write every named activation per case and position (<dir>/<case>/pos<P>/<name>.f32)");
   cmd->add_flag("--json", g->json, "Print results as JSON");

@@ -27,8 +27,9 @@ std::string human_bytes(uint64_t b) {
 void run_inspect(const InspectOptions& o) {
   GgufFile f = GgufFile::open(o.path);
   fmt::print("file: {}\n", o.path);
-  fmt::print("GGUF v{}, {} bytes, alignment {}, {} metadata keys, {} tensors, data at offset {}\n\n", f.version(),
-             f.file_size(), f.alignment(), f.metadata().size(), f.tensors().size(), f.data_offset());
+  fmt::print("GGUF v{}, {} bytes, alignment {}, {} metadata keys, {} tensors, data at offset {}\n\n",
+             f.version(), f.file_size(), f.alignment(), f.metadata().size(), f.tensors().size(),
+             f.data_offset());
   fmt::print("metadata:\n");
   size_t w = 0;
   for (const auto& [k, v] : f.metadata()) w = std::max(w, k.size());
@@ -61,12 +62,13 @@ void run_inspect(const InspectOptions& o) {
   }
   if (!totals.empty()) {
     fmt::print("\ntotals by type:\n");
-    fmt::print("  {:<11} {:>8} {:>16} {:>16} {:>12} {:>8}\n", "type", "tensors", "elements", "bytes", "", "bpw");
+    fmt::print("  {:<11} {:>8} {:>16} {:>16} {:>12} {:>8}\n", "type", "tensors", "elements", "bytes", "",
+               "bpw");
     for (const auto& [name, t] : totals)
       fmt::print("  {:<11} {:>8} {:>16} {:>16} {:>12} {:>8.4f}\n", name, t.count, t.elements, t.bytes,
                  human_bytes(t.bytes), t.elements ? 8.0 * t.bytes / t.elements : 0.0);
-    fmt::print("  {:<11} {:>8} {:>16} {:>16} {:>12} {:>8.4f}\n", "all", f.tensors().size(), all_elems, all_bytes,
-               human_bytes(all_bytes), all_elems ? 8.0 * all_bytes / all_elems : 0.0);
+    fmt::print("  {:<11} {:>8} {:>16} {:>16} {:>12} {:>8.4f}\n", "all", f.tensors().size(), all_elems,
+               all_bytes, human_bytes(all_bytes), all_elems ? 8.0 * all_bytes / all_elems : 0.0);
   }
   fmt::print("\nchecks:\n");
   for (const auto& line : inspect_checks(f)) fmt::print("  {}\n", line);
@@ -76,7 +78,8 @@ void run_inspect(const InspectOptions& o) {
 
 void add_inspect(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
-  auto* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata, tensors, per-type totals and format checks");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Show a GGUF file's metadata, tensors, per-type totals and format checks");
   cmd->add_option("file", opts->path, "GGUF file")->required();
   cmd->add_flag("--no-tensors", opts->no_tensors, "Omit the per-tensor table");
   cmd->add_flag("--full-arrays", opts->full_arrays, "Print arrays in full instead of summarised");

@@ -18,12 +18,16 @@ std::vector<std::string> inspect_checks(const GgufFile& f) {
     if (t.dtype == DType::Q2_0_G64) ++g64;
   }
   if (g128 || g64)
-    out.push_back(fmt::format("Q2_0 layout: {} tensor(s) group-128 (PrismML legacy), {} group-64 (mainline ggml)", g128, g64));
+    out.push_back(fmt::format(
+        "Q2_0 layout: {} tensor(s) group-128 (PrismML legacy), {} group-64 (mainline ggml)", g128, g64));
   std::string_view tok = f.get_string_or("tokenizer.ggml.model", "");
-  if (tok.empty()) out.push_back("tokenizer: none");
-  else if (tok == "no_vocab") out.push_back("tokenizer: no_vocab (logits-only model: gate/bench work, text commands do not)");
+  if (tok.empty())
+    out.push_back("tokenizer: none");
+  else if (tok == "no_vocab")
+    out.push_back("tokenizer: no_vocab (logits-only model: gate/bench work, text commands do not)");
   else if (f.has("tokenizer.ggml.tokens"))
-    out.push_back(fmt::format("tokenizer: {} ({} tokens, pre = {})", tok, f.get_array("tokenizer.ggml.tokens").count,
+    out.push_back(fmt::format("tokenizer: {} ({} tokens, pre = {})", tok,
+                              f.get_array("tokenizer.ggml.tokens").count,
                               f.get_string_or("tokenizer.ggml.pre", "(none)")));
 
   // The model-level checks the loader applies, reported instead of thrown.
@@ -37,10 +41,11 @@ std::vector<std::string> inspect_checks(const GgufFile& f) {
   }
   try {
     ModelConfig c = ModelConfig::from_gguf(f);
-    out.push_back(fmt::format("qwen35: {} layers ({} Gated DeltaNet, {} full attention), embd {}, ff {}, vocab {}{}",
-                              c.n_layer, std::count(c.recurrent.begin(), c.recurrent.end(), 1),
-                              c.n_layer - std::count(c.recurrent.begin(), c.recurrent.end(), 1), c.n_embd, c.n_ff,
-                              c.n_vocab, c.tied_output ? ", tied head" : ""));
+    out.push_back(
+        fmt::format("qwen35: {} layers ({} Gated DeltaNet, {} full attention), embd {}, ff {}, vocab {}{}",
+                    c.n_layer, std::count(c.recurrent.begin(), c.recurrent.end(), 1),
+                    c.n_layer - std::count(c.recurrent.begin(), c.recurrent.end(), 1), c.n_embd, c.n_ff,
+                    c.n_vocab, c.tied_output ? ", tied head" : ""));
     auto h = HadamardSpec::parse(f);
     if (!h) {
       out.push_back("prism.hadamard: no keys (unrotated model)");
@@ -48,10 +53,11 @@ std::vector<std::string> inspect_checks(const GgufFile& f) {
       h->validate_against(f, c);
       std::string widths;
       for (const auto& [w, s] : h->signs) widths += fmt::format("{}{}", widths.empty() ? "" : ", ", w);
-      out.push_back(fmt::format("prism.hadamard: consistent (version {}, block {}, signs {} for widths [{}], {} folded "
-                                "weights, gdn_v_grouped {}{})",
-                                h->version, h->block, h->explicit_signs ? "explicit" : "identity", widths,
-                                h->folded.size(), h->gdn_v_grouped, h->tied_output ? ", tied_output" : ""));
+      out.push_back(
+          fmt::format("prism.hadamard: consistent (version {}, block {}, signs {} for widths [{}], {} folded "
+                      "weights, gdn_v_grouped {}{})",
+                      h->version, h->block, h->explicit_signs ? "explicit" : "identity", widths,
+                      h->folded.size(), h->gdn_v_grouped, h->tied_output ? ", tied_output" : ""));
     }
   } catch (const Error& e) {
     out.push_back(fmt::format("NOT RUNNABLE: {}", e.what()));
