@@ -18,37 +18,15 @@
 #if BONSAI_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda_dev_vec.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
 
 namespace bonsai {
 namespace {
 
+using testing_util::DevVec;
 using testing_util::randn;
-
-// A device copy of a host vector (RAII).
-class DevBuf {
- public:
-  explicit DevBuf(const std::vector<float>& v) : n_(v.size()) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, n_ * sizeof(float)), cudaSuccess);
-    p_ = static_cast<float*>(p);
-    EXPECT_EQ(cudaMemcpy(p_, v.data(), n_ * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevBuf() { cudaFree(p_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  float* get() const { return p_; }
-  std::vector<float> host() const {
-    std::vector<float> v(n_);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-
- private:
-  float* p_ = nullptr;
-  size_t n_ = 0;
-};
 
 struct WalkResult {
   std::vector<float> out, state, conv_state;
@@ -96,10 +74,10 @@ TEST(CudaGdnWalk, ChunkedKernelsMatchTokenKernelBitwise) {
     }
     const auto qkv = randn(t * C, 305), conv_state0 = randn((taps - 1) * C, 306),
                state0 = randn(static_cast<size_t>(cs.n_v) * cs.d_k * cs.d_v, 307, 0.1f);
-    DevBuf d_conv(conv), d_ga(ga), d_gb(gb), d_a(a), d_dt(dt), d_qkv(qkv);
+    DevVec d_conv(conv), d_ga(ga), d_gb(gb), d_a(a), d_dt(dt), d_qkv(qkv);
     WalkResult res[3];
     for (int kernel = 0; kernel < 3; ++kernel) {
-      DevBuf d_state(state0), d_cs(conv_state0), d_out(std::vector<float>(t * cs.n_v * cs.d_v, 0.0f));
+      DevVec d_state(state0), d_cs(conv_state0), d_out(std::vector<float>(t * cs.n_v * cs.d_v, 0.0f));
       cuda::GdnFused f;
       f.conv = d_conv.get();
       if (cs.raw_gates) {

@@ -20,36 +20,15 @@
 #if BONSAI_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda_dev_vec.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
 
 namespace bonsai {
 namespace {
 
+using testing_util::DevVec;
 using testing_util::randn;
-
-class DevVec {  // a device copy of a host vector (RAII)
- public:
-  explicit DevVec(const std::vector<float>& v) : n_(v.size()) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, n_ * sizeof(float)), cudaSuccess);
-    p_ = static_cast<float*>(p);
-    EXPECT_EQ(cudaMemcpy(p_, v.data(), n_ * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DevVec() { cudaFree(p_); }
-  DevVec(const DevVec&) = delete;
-  DevVec& operator=(const DevVec&) = delete;
-  float* get() const { return p_; }
-  std::vector<float> host() const {
-    std::vector<float> v(n_);
-    EXPECT_EQ(cudaMemcpy(v.data(), p_, n_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-
- private:
-  float* p_ = nullptr;
-  size_t n_ = 0;
-};
 
 enum class Gates { raw, weak, strong, mixed };
 
