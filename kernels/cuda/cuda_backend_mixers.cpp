@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
+#include "kernels/cuda/gdn_ab_mma.h"
 
 namespace bonsai {
 void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
@@ -125,9 +126,10 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   const float* norm_w = m.dev(*a.norm_w).f32();
   if (!ab_fused) {  // a batch: everything but the walk parallel over tokens
     if (ab_raw) {
-      cuda::gdn_ab_batch(a.normed, aw.bytes(), bw.bytes(), aw.row_bytes, aw.raw, static_cast<int>(aw.k),
-                         s.n_v, t, a.alpha, a.beta_in, m.stream);
-      check_launch("gdn_ab_batch");
+      // tensor cores or fp32 SIMT (BONSAI_CUDA_GDN_AB; kernels/cuda/gdn_ab_mma.h)
+      cuda::gdn_ab_rows(a.normed, aw.bytes(), bw.bytes(), aw.row_bytes, aw.raw, static_cast<int>(aw.k), s.n_v,
+                        t, a.alpha, a.beta_in, cuda::gdn_ab_kernel(), m.stream);
+      check_launch("gdn_ab_rows");
     } else {
       const Weight* ab[] = {a.alpha_w, a.beta_w};
       float* ab_out[] = {a.alpha, a.beta_in};
