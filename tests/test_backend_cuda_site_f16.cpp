@@ -7,11 +7,15 @@
 //     (hadamard, swiglu_hadamard, residual_norm_site) followed by act_to_f16, bit for bit: every
 //     float output, the fp16 record and the per-token scale; random rows and adversarial ones
 //     (all zero, huge, float-subnormal, one large element among tiny ones, the amax in the
-//     last Hadamard block), 1 .. 24 Hadamard blocks of 128 .. 1024 columns, odd row counts.
+//     last Hadamard block), 1 .. 24 Hadamard blocks of 128 .. 1024 columns, odd row counts; and
+//     the same for site_f16_two_pass (the per-block kernels writing block amaxes, then the
+//     record), also with blocks of 2048 and 4096 that only it takes.
 //   CudaSiteF16.BackendSitesFeedTheGemmBitwise: CudaBackend's three sites + matmul with the
-//     sites' fp16 activation (set_site_f16(1)) against the conversion (0): the same GEMM
-//     output and site outputs bit for bit, and the fp16 form written only where the width's
-//     prefill matmuls ran the fp16 GEMM (not for decode rows, not below the GEMM's grid rule).
+//     sites' fp16 activation (set_site_f16(1 .. 4)) or the int8 quantization skipped (0 with
+//     skip_quant) against the int8 quantization and the conversion (0): the same GEMM output
+//     and site outputs bit for bit, and the fp16 form written (or the quantization skipped)
+//     only where the width's prefill matmuls ran the fp16 GEMM (not for decode rows, not below
+//     the GEMM's grid rule).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -149,10 +153,13 @@ TEST(CudaSiteF16, MatchesPerBlockSitesAndConversion) {
   };
   // 5 / 17 blocks of 1024 (the 27B's residual and SwiGLU sites: 8- and 24-float4 kernels), 6 of
   // 256 (one cross-warp stage), 4 and 24 of 128 (a warp per block, no cross-warp stage), 1.
-  const Case cases[] = {{13, 5120, 1024}, {7, 17408, 1024}, {37, 1536, 256},
-                        {1, 512, 128},    {5, 3072, 128},   {3, 1024, 1024}};
+  // 2 of 2048 and 3 of 4096: site_f16_two_pass only.
+  const Case cases[] = {{13, 5120, 1024}, {7, 17408, 1024}, {37, 1536, 256}, {1, 512, 128},
+                        {5, 3072, 128},   {3, 1024, 1024},  {6, 4096, 2048}, {5, 12288, 4096}};
   for (const Case& cs : cases) {
-    ASSERT_TRUE(cuda::site_f16_fits(cs.k, cs.block));
+    const bool fused = cuda::site_f16_fits(cs.k, cs.block);
+    ASSERT_EQ(fused, cs.block <= 1024);
+    ASSERT_TRUE(cuda::site_f16_two_pass_fits(cs.k, cs.block));
     const size_t count = static_cast<size_t>(cs.rows * cs.k);
     const size_t kbs = static_cast<size_t>(cs.rows * (cs.k / cuda::kBlockK));
     DevMem mem;
@@ -185,7 +192,7 @@ TEST(CudaSiteF16, MatchesPerBlockSitesAndConversion) {
                        mem.alloc<float>(static_cast<size_t>(cs.rows)),
                        mem.alloc<uint8_t>(kbs * cuda::kActBytes)};
           };
-          const Out want = outs(), got = outs();
+          const Out want = outs(), got = outs(), two = outs();
           uint8_t* xq = mem.alloc<uint8_t>(kbs * cuda::kActBytes);
           float4* meta = mem.alloc<float4>(kbs);
           const float* sg = with_signs ? signs : nullptr;
@@ -203,32 +210,42 @@ TEST(CudaSiteF16, MatchesPerBlockSitesAndConversion) {
               break;
           }
           cuda::act_to_f16(want.rotated, want.xh, want.tscale, static_cast<int>(cs.rows), cs.k, nullptr, 1);
-          cuda::SiteF16Args a;
-          a.x = x;
-          a.up = x2;
-          a.act = got.act;
-          a.delta = with_delta ? x2 : nullptr;
-          a.x_out = got.x_out;
-          a.gain = gain;
-          a.normed = got.normed;
-          a.eps = 1e-6f;
-          a.signs = sg;
-          a.rotated = got.rotated;
-          a.xh = got.xh;
-          a.tscale = got.tscale;
-          cuda::site_f16(kind, a, cs.rows, cs.k, cs.block, nullptr);
+          auto args = [&](const Out& o) {
+            cuda::SiteF16Args a;
+            a.x = x;
+            a.up = x2;
+            a.act = o.act;
+            a.delta = with_delta ? x2 : nullptr;
+            a.x_out = o.x_out;
+            a.gain = gain;
+            a.normed = o.normed;
+            a.eps = 1e-6f;
+            a.signs = sg;
+            a.rotated = o.rotated;
+            a.xh = o.xh;
+            a.tscale = o.tscale;
+            return a;
+          };
+          if (fused) cuda::site_f16(kind, args(got), cs.rows, cs.k, cs.block, nullptr);
+          float* bamax = mem.alloc<float>(static_cast<size_t>(cs.rows * (cs.k / cs.block)));
+          cuda::site_f16_two_pass(kind, args(two), bamax, cs.rows, cs.k, cs.block, nullptr);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-          expect_same_bits(down(want.rotated, count), down(got.rotated, count), what + " rotated");
-          if (kind == cuda::SiteF16Kind::swiglu)
-            expect_same_bits(down(want.act, count), down(got.act, count), what + " act");
-          if (kind == cuda::SiteF16Kind::residual) {
-            expect_same_bits(down(want.x_out, count), down(got.x_out, count), what + " x_out");
-            expect_same_bits(down(want.normed, count), down(got.normed, count), what + " normed");
+          for (const bool is_two : {false, true}) {
+            if (!is_two && !fused) continue;
+            const Out& g = is_two ? two : got;
+            const std::string w = what + (is_two ? " (two passes)" : " (one block per row)");
+            expect_same_bits(down(want.rotated, count), down(g.rotated, count), w + " rotated");
+            if (kind == cuda::SiteF16Kind::swiglu)
+              expect_same_bits(down(want.act, count), down(g.act, count), w + " act");
+            if (kind == cuda::SiteF16Kind::residual) {
+              expect_same_bits(down(want.x_out, count), down(g.x_out, count), w + " x_out");
+              expect_same_bits(down(want.normed, count), down(g.normed, count), w + " normed");
+            }
+            expect_same_bits(down(want.xh, kbs * cuda::kActBytes), down(g.xh, kbs * cuda::kActBytes),
+                             w + " fp16 record");
+            expect_same_bits(down(want.tscale, static_cast<size_t>(cs.rows)),
+                             down(g.tscale, static_cast<size_t>(cs.rows)), w + " token scales");
           }
-          expect_same_bits(down(want.xh, kbs * cuda::kActBytes), down(got.xh, kbs * cuda::kActBytes),
-                           what + " fp16 record");
-          expect_same_bits(down(want.tscale, static_cast<size_t>(cs.rows)),
-                           down(got.tscale, static_cast<size_t>(cs.rows)), what + " token scales");
         }
   }
 }
@@ -277,21 +294,23 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  // the sites write the fp16 form only where the fp16 GEMM (one term) runs
-  const bool f16 =
-      cuda::gemm_kernel() == cuda::GemmKernel::f16 && cuda::gemm_f16_terms() == 1 && major == 9 && minor == 0;
+  // the sites write the fp16 form only where the fp16 GEMM (one term) runs; they skip the
+  // quantization where it runs with any terms
+  const bool gemm_f16 = cuda::gemm_kernel() == cuda::GemmKernel::f16 && major == 9 && minor == 0;
+  const bool f16 = gemm_f16 && cuda::gemm_f16_terms() == 1;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const bool small_f16 = f16 && 66 >= static_cast<int64_t>(cuda::gemm_wg_min_blocks()) * sms;  // (WG_MIN=0)
-  if (f16 && 198 < static_cast<int64_t>(cuda::gemm_wg_min_blocks()) * sms)
+  const bool small_f16 =
+      gemm_f16 && 66 >= static_cast<int64_t>(cuda::gemm_wg_min_blocks()) * sms;  // (WG_MIN=0)
+  if (gemm_f16 && 198 < static_cast<int64_t>(cuda::gemm_wg_min_blocks()) * sms)
     GTEST_SKIP() << "grid rule changed";
   struct Run {
     std::vector<std::vector<float>> outs;
-    int64_t site_f16 = 0;
+    int64_t site_f16 = 0, skips = 0;
   };
-  auto run = [&](int mode) {
+  auto run = [&](int mode, bool skip_quant) {
     CudaBackend be(0);
-    be.set_site_f16(mode);
+    be.set_site_f16(mode, skip_quant);
     be.prepare(w);
     be.prepare(gain);
     Run r;
@@ -333,21 +352,32 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
       keep(y, static_cast<size_t>(t) * n);
     }
     r.site_f16 = be.site_f16_launches();
+    r.skips = be.site_quant_skips();
     for (float* p : bufs) be.release(p);
     be.unprepare(w);
     be.unprepare(gain);
     return r;
   };
-  const Run base = run(0), sites = run(1);
+  const Run base = run(0, false);
   EXPECT_EQ(base.site_f16, 0);
+  EXPECT_EQ(base.skips, 0);
   // t = 130 the first time: the residual site before any matmul of the width converts, the
-  // hadamard and SwiGLU sites after it write fp16; t = 13: never (the int8 kernels), unless the
-  // fp16 GEMM takes that grid too (then the two after its first matmul); t = 1: never; t = 130
-  // again: all three.
-  EXPECT_EQ(sites.site_f16, f16 ? (small_f16 ? 7 : 5) : 0);
-  ASSERT_EQ(base.outs.size(), sites.outs.size());
-  for (size_t i = 0; i < base.outs.size(); ++i)
-    expect_same_bits(base.outs[i], sites.outs[i], "output " + std::to_string(i));
+  // hadamard and SwiGLU sites after it write fp16 (or skip the quantization); t = 13: never
+  // (the int8 kernels), unless the fp16 GEMM takes that grid too (then the two after its first
+  // matmul); t = 1: never; t = 130 again: all three.
+  const int64_t where = gemm_f16 ? (small_f16 ? 7 : 5) : 0;
+  for (const int mode : {0, 1, 2, 3, 4})
+    for (const bool skip_quant : {true, false}) {
+      if (mode == 0 && !skip_quant) continue;  // (the base)
+      const Run sites = run(mode, skip_quant);
+      const std::string what = "mode " + std::to_string(mode) + (skip_quant ? " skip_quant" : "");
+      const bool writes = mode > 0 && f16;
+      EXPECT_EQ(sites.site_f16, writes ? where : 0) << what;
+      EXPECT_EQ(sites.skips, !writes && skip_quant ? where : 0) << what;
+      ASSERT_EQ(base.outs.size(), sites.outs.size()) << what;
+      for (size_t i = 0; i < base.outs.size(); ++i)
+        expect_same_bits(base.outs[i], sites.outs[i], what + " output " + std::to_string(i));
+    }
 }
 
 }  // namespace

@@ -96,9 +96,10 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   if (const char* e = std::getenv("BONSAI_CUDA_SITE_F16"); e && *e) {
     const std::string_view v(e);
-    if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_SITE_F16='{}': expected 0, 1 or 2", v);
+    if (v.size() != 1 || v[0] < '0' || v[0] > '4') fail("BONSAI_CUDA_SITE_F16='{}': expected 0 .. 4", v);
     m.site_f16_mode = v[0] - '0';
   }
+  m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -114,9 +115,11 @@ CudaBackend::~CudaBackend() = default;
 std::string CudaBackend::device_name() const { return impl_->prop.name; }
 size_t CudaBackend::device_bytes() const { return impl_->weight_bytes + impl_->buffer_bytes; }
 int64_t CudaBackend::site_f16_launches() const { return impl_->site_f16_launches; }
-void CudaBackend::set_site_f16(int mode) {
-  if (mode < 0 || mode > 2) fail("cuda: set_site_f16({}): expected 0, 1 or 2", mode);
+int64_t CudaBackend::site_quant_skips() const { return impl_->site_quant_skips; }
+void CudaBackend::set_site_f16(int mode, bool skip_quant) {
+  if (mode < 0 || mode > 4) fail("cuda: set_site_f16({}): expected 0 .. 4", mode);
   impl_->site_f16_mode = mode;
+  impl_->site_skip_quant = skip_quant;
 }
 void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream) {
   impl_->mv_evict = matvec_evict_first;
@@ -333,16 +336,21 @@ void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t
   Impl& m = *impl_;
   if (block > 8192 || k % block) fail("cuda: Hadamard block {} of width {} is not supported", block, k);
   // A forward site feeds a ternary matvec: quantize its output in the same pass.
-  const bool quant = !inverse && block % cuda::kBlockK == 0;
-  if (quant && m.site_writes_f16(rows, k, block)) {  // the consumer is the fp16 GEMM
+  bool quant = !inverse && block % cuda::kBlockK == 0;
+  const Impl::SiteOut out = quant ? m.site_out(rows, k, block) : Impl::SiteOut::int8;
+  if (out == Impl::SiteOut::fused || out == Impl::SiteOut::two_pass) {  // the consumer is the fp16 GEMM
     cuda::SiteF16Args a;
     a.x = x;
     a.signs = signs;
     a.rotated = y;
-    m.launch_site_f16(cuda::SiteF16Kind::hadamard, a, rows, k, block);
+    m.launch_site_f16(out, cuda::SiteF16Kind::hadamard, a, rows, k, block);
     m.wrote(y, rows * k * sizeof(float));
     m.site_f16_done(y, rows, k);
     return;
+  }
+  if (out == Impl::SiteOut::none) {  // the fp16 GEMM converts y: no quantization
+    quant = false;
+    ++m.site_quant_skips;
   }
   if (quant) m.reserve_quant(rows, k);
   cuda::hadamard(x, signs, y, rows, k, block, inverse, quant ? m.xq.as<uint8_t>() : nullptr,
@@ -538,7 +546,8 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
   // unrotated or unusual: the composed ops
   if (!usual)
     return Backend::residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps);
-  if (!deferred && m.site_writes_f16(rows, n, block)) {  // the consumer is the fp16 GEMM
+  const Impl::SiteOut out = deferred ? Impl::SiteOut::int8 : m.site_out(rows, n, block);
+  if (out == Impl::SiteOut::fused || out == Impl::SiteOut::two_pass) {  // the consumer is the fp16 GEMM
     cuda::SiteF16Args a;
     a.x = x;
     a.delta = delta;
@@ -548,18 +557,24 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
     a.eps = eps;
     a.signs = signs;
     a.rotated = rotated;
-    m.launch_site_f16(cuda::SiteF16Kind::residual, a, rows, n, block);
+    m.launch_site_f16(out, cuda::SiteF16Kind::residual, a, rows, n, block);
     for (const float* p : {static_cast<const float*>(x_out), static_cast<const float*>(normed),
                            static_cast<const float*>(rotated)})
       m.wrote(p, static_cast<size_t>(rows * n) * sizeof(float));
     m.site_f16_done(rotated, rows, n);
     return;
   }
-  m.reserve_quant(rows, n);
+  const bool quant = out != Impl::SiteOut::none;  // else the fp16 GEMM converts rotated
+  if (quant)
+    m.reserve_quant(rows, n);
+  else
+    ++m.site_quant_skips;
+  uint8_t* xq = quant ? m.xq.as<uint8_t>() : nullptr;
+  float4* meta = quant ? m.meta.as<float4>() : nullptr;
   bool done = false;
   if (deferred && m.mv_defer == 1) {
     done = cuda::residual_norm_site_split(x, split, x_out, m.dev(gain).f32(), signs, block, normed, rotated,
-                                          rows, n, eps, m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
+                                          rows, n, eps, xq, meta, m.stream);
     if (!done) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
   }
   if (deferred && !done) {
@@ -568,11 +583,12 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
   }
   if (!done)
     cuda::residual_norm_site(x, delta, x_out, m.dev(gain).f32(), signs, block, normed, rotated, rows, n, eps,
-                             m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
+                             xq, meta, m.stream);
   check_launch(done ? "residual_norm_site (split sums)" : "residual_norm_site");
   for (const float* p : {static_cast<const float*>(x_out), static_cast<const float*>(normed),
                          static_cast<const float*>(rotated)})
     m.wrote(p, static_cast<size_t>(rows * n) * sizeof(float));
+  if (!quant) return;
   m.q_src = rotated;
   m.q_rows = rows;
   m.q_k = n;
@@ -584,25 +600,32 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   Impl& m = *impl_;
   if (block <= 0 || block > 8192 || n % block || block % cuda::kBlockK)
     return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
-  if (m.site_writes_f16(rows, n, block)) {  // the consumer is the fp16 GEMM
+  const Impl::SiteOut out = m.site_out(rows, n, block);
+  if (out == Impl::SiteOut::fused || out == Impl::SiteOut::two_pass) {  // the consumer is the fp16 GEMM
     cuda::SiteF16Args a;
     a.x = gate;
     a.up = up;
     a.act = act;
     a.signs = signs;
     a.rotated = rotated;
-    m.launch_site_f16(cuda::SiteF16Kind::swiglu, a, rows, n, block);
+    m.launch_site_f16(out, cuda::SiteF16Kind::swiglu, a, rows, n, block);
     m.wrote(act, static_cast<size_t>(rows * n) * sizeof(float));
     m.wrote(rotated, static_cast<size_t>(rows * n) * sizeof(float));
     m.site_f16_done(rotated, rows, n);
     return;
   }
-  m.reserve_quant(rows, n);
-  cuda::swiglu_hadamard(gate, up, act, signs, rotated, rows, n, block, false, m.xq.as<uint8_t>(),
-                        m.meta.as<float4>(), m.stream);
+  const bool quant = out != Impl::SiteOut::none;  // else the fp16 GEMM converts rotated
+  if (quant)
+    m.reserve_quant(rows, n);
+  else
+    ++m.site_quant_skips;
+  cuda::swiglu_hadamard(gate, up, act, signs, rotated, rows, n, block, false,
+                        quant ? m.xq.as<uint8_t>() : nullptr, quant ? m.meta.as<float4>() : nullptr,
+                        m.stream);
   check_launch("swiglu_site");
   m.wrote(act, static_cast<size_t>(rows * n) * sizeof(float));
   m.wrote(rotated, static_cast<size_t>(rows * n) * sizeof(float));
+  if (!quant) return;
   m.q_src = rotated;
   m.q_rows = rows;
   m.q_k = n;

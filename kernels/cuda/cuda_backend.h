@@ -91,9 +91,13 @@ class CudaBackend : public Backend {
   // Site launches (hadamard, residual_norm_site, swiglu_site) so far that wrote the fp16 GEMM's
   // activation instead of the int8 quantization (BONSAI_CUDA_SITE_F16).
   int64_t site_f16_launches() const;
-  // Which prefill sites may write the fp16 GEMM's activation: 0 none, 1 all, 2 rows of at most
-  // 8 Hadamard blocks (default: BONSAI_CUDA_SITE_F16, else 0; results do not depend on it).
-  void set_site_f16(int mode);
+  // Site launches so far whose consumer was the fp16 GEMM that skipped the int8 quantization.
+  int64_t site_quant_skips() const;
+  // Which prefill sites may write the fp16 GEMM's activation: 0 none, 1 all (a block per row),
+  // 2 rows of at most 8 Hadamard blocks, 3 as 2 and wider rows in two passes, 4 all in two
+  // passes; skip_quant: the others whose consumer is the fp16 GEMM skip the int8 quantization
+  // (defaults: BONSAI_CUDA_SITE_F16, BONSAI_CUDA_SITE_SKIPQ; results do not depend on them).
+  void set_site_f16(int mode, bool skip_quant = true);
   // Cache hints of launches issued afterwards (results do not depend on them): the matvec's
   // weight loads with an L2 evict-first policy (default: BONSAI_CUDA_MV_EVICT, else on), the
   // GDN site's state loads and stores streaming (BONSAI_CUDA_GDN_STREAM, else on).

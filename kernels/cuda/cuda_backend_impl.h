@@ -115,12 +115,18 @@ constexpr bool kGdnStateStream = true;  // default of BONSAI_CUDA_GDN_STREAM (cu
 constexpr int kMatvecDefer = 1;
 // Default of BONSAI_CUDA_SITE_F16: whether a prefill site whose consumer is the fp16 GEMM writes
 // the GEMM's fp16 activation itself (cuda::site_f16) instead of the int8 quantization, so that
-// the GEMM needs no conversion (CudaBackend::Impl::site_writes_f16): 0 never, 1 every site the
-// kernel takes, 2 sites of at most 8 Hadamard blocks (the 27B's residual and projection sites, not
-// its SwiGLU site). 0: with 1 pp512 lost 4.4 % (the 17-block SwiGLU row in one block of 8 warps,
-// 80 us against ~36 for the site and the conversion); 2 is not measured end to end yet
-// (docs/performance.md, "Prefill GEMM", session 6, round 2).
-constexpr int kSiteF16 = 0;
+// the GEMM needs no conversion (CudaBackend::Impl::site_out): 0 never, 1 every site the
+// kernel takes (cuda::site_f16: a block per row), 2 sites of at most 8 Hadamard blocks (the 27B's
+// residual and projection sites, not its SwiGLU site), 3 as 2 and wider rows in two passes
+// (cuda::site_f16_two_pass: the per-block kernel writing block amaxes, then the fp16 record),
+// 4 every site in two passes. With 1 pp512 lost 4.4 % (the 17-block SwiGLU row in one block of 8
+// warps, 80 us against ~36 for the site and the conversion; docs/performance.md, "Prefill GEMM",
+// session 6, rounds 2 and 3).
+constexpr int kSiteF16 = 3;
+// Default of BONSAI_CUDA_SITE_SKIPQ: a prefill site whose consumer is the fp16 GEMM and that does
+// not write the fp16 record itself skips the int8 quantization nobody reads (the GEMM converts
+// the float output; a wrong guess costs one quantization in matmul).
+constexpr bool kSiteSkipQuant = true;
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
@@ -147,14 +153,16 @@ struct CudaBackend::Impl {
   int64_t h_rows = 0, h_k = 0;
   // What the prefill matmuls of each input width ran (matmul_multi): the fewest tokens that ran
   // the fp16 GEMM, the most that ran the int8 kernels. A site does not know its consumer's
-  // weights; this is what site_writes_f16 goes by. Widths beyond the table are not recorded.
+  // weights; this is what consumer_f16 goes by. Widths beyond the table are not recorded.
   struct GemmSeen {
     int64_t k = 0;
     int f16_min_t = INT_MAX, int8_max_t = 0;
   };
   std::array<GemmSeen, 8> gemm_seen{};
-  int site_f16_mode = kSiteF16;  // BONSAI_CUDA_SITE_F16
-  int64_t site_f16_launches = 0;
+  int site_f16_mode = kSiteF16;           // BONSAI_CUDA_SITE_F16
+  bool site_skip_quant = kSiteSkipQuant;  // BONSAI_CUDA_SITE_SKIPQ
+  int64_t site_f16_launches = 0, site_quant_skips = 0;
+  Growable bamax;  // [rows][k / block] the two-pass sites' block amaxes
 
   bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
@@ -288,29 +296,46 @@ struct CudaBackend::Impl {
       return;
     }
   }
-  // THE rule for a site whose output [rows][k] feeds a matmul: write the fp16 GEMM's activation
-  // (cuda::site_f16, the fp16 cache then valid) instead of the int8 quantization. A prefill batch
-  // (rows >= kGemmMinTokens) of a row the kernel takes, the fp16 GEMM with one term, and this
-  // width's prefill matmuls so far ran the fp16 GEMM at rows tokens or fewer and never the int8
-  // kernels at rows or more (the fp16 GEMM's grid rule is monotonic in t: gemm_f16_launch). A
-  // wrong guess costs what it costs today, one conversion: matmul quantizes (or converts) the
-  // float output, which the site writes either way.
-  bool site_writes_f16(int64_t rows, int64_t k, int64_t block) const {
-    if (site_f16_mode == 0 || rows < cuda::kGemmMinTokens || !cuda::site_f16_fits(k, block)) return false;
-    if (site_f16_mode == 2 && k / block > 8) return false;
-    if (cuda::gemm_kernel() != cuda::GemmKernel::f16 || cuda::gemm_f16_terms() != 1) return false;
+  // THE rule for a site whose output [rows][k] feeds a matmul: its consumer is the fp16 GEMM
+  // (so the int8 quantization is not needed; site_out says what is written instead). A prefill
+  // batch (rows >= kGemmMinTokens) and this width's prefill matmuls so far ran the fp16 GEMM at
+  // rows tokens or fewer and never the int8 kernels at rows or more (the fp16 GEMM's grid rule is
+  // monotonic in t: gemm_f16_launch). A wrong guess costs one conversion or quantization: matmul
+  // quantizes (or converts) the float output, which the site writes either way.
+  bool consumer_f16(int64_t rows, int64_t k) const {
+    if (rows < cuda::kGemmMinTokens || cuda::gemm_kernel() != cuda::GemmKernel::f16) return false;
     for (const GemmSeen& g : gemm_seen)
       if (g.k == k) return g.f16_min_t <= rows && rows > g.int8_max_t;
     return false;
   }
-  // cuda::site_f16 with the fp16 buffers grown; the caller reports the outputs (wrote), then
-  // calls site_f16_done.
-  void launch_site_f16(cuda::SiteF16Kind kind, cuda::SiteF16Args a, int64_t rows, int64_t k, int64_t block) {
+  // What a site whose consumer is (by consumer_f16) the fp16 GEMM writes besides its floats:
+  // the fp16 record in one block per row (fused) or in two passes (BONSAI_CUDA_SITE_F16), else
+  // nothing (BONSAI_CUDA_SITE_SKIPQ: matmul converts the floats); int8: the quantization.
+  enum class SiteOut { int8, none, fused, two_pass };
+  SiteOut site_out(int64_t rows, int64_t k, int64_t block) const {
+    if (!consumer_f16(rows, k)) return SiteOut::int8;
+    if (site_f16_mode != 0 && cuda::gemm_f16_terms() == 1) {
+      const bool narrow = k / block <= 8;
+      if (cuda::site_f16_fits(k, block) && (site_f16_mode == 1 || (narrow && site_f16_mode != 4)))
+        return SiteOut::fused;
+      if (site_f16_mode >= 3 && cuda::site_f16_two_pass_fits(k, block)) return SiteOut::two_pass;
+    }
+    return site_skip_quant ? SiteOut::none : SiteOut::int8;
+  }
+  // cuda::site_f16 (or site_f16_two_pass) with the fp16 buffers grown; the caller reports the
+  // outputs (wrote), then calls site_f16_done.
+  void launch_site_f16(SiteOut how, cuda::SiteF16Kind kind, cuda::SiteF16Args a, int64_t rows, int64_t k,
+                       int64_t block) {
     grow(xh, static_cast<size_t>(rows) * (k / cuda::kBlockK) * cuda::kActBytes, "fp16 activation buffer");
     grow(hscale, static_cast<size_t>(rows) * sizeof(float), "fp16 activation scales");
     a.xh = xh.as<uint8_t>();
     a.tscale = hscale.as<float>();
-    cuda::site_f16(kind, a, rows, k, block, stream);
+    if (how == SiteOut::two_pass) {
+      grow(bamax, static_cast<size_t>(rows) * (k / block) * sizeof(float), "site block amaxes");
+      cuda::site_f16_two_pass(kind, a, bamax.as<float>(), rows, k, block, stream);
+    } else {
+      cuda::site_f16(kind, a, rows, k, block, stream);
+    }
     check_launch("site (fp16 activation)");
     ++site_f16_launches;
   }

@@ -129,9 +129,11 @@ void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t 
 void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int64_t rows, int64_t d,
                    float eps, cudaStream_t s);
 // Blockwise FWHT (block <= 8192). When xq is given (k % 128 == 0, block % 128 == 0) the
-// output is also quantized for matvec_tiled, saving the separate quantize launch.
+// output is also quantized for matvec_tiled, saving the separate quantize launch. When bamax is
+// given (128 <= block <= 4096), bamax [rows][k / block] = max |y| of each Hadamard block
+// (cuda::site_f16_two_pass).
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
-              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
+              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax = nullptr);
 
 // residual_norm_site with delta the unsummed output of a deferred matvec (delta.t == rows,
 // delta.n == n): the same floats, and delta.y written too. A cluster of the row's n / block
@@ -144,12 +146,15 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
 
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
-                     int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s);
+                     int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,
+                     float* bamax = nullptr);
 // Backend::residual_norm_site with 128 <= block <= 4096 (a block of threads per Hadamard block)
-// (x_out may alias x); rotated also quantized when xq is given.
+// (x_out may alias x); rotated also quantized when xq is given, its block amaxes written to
+// bamax [rows][n / block] when that is given (as hadamard()).
 void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
                         const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                        int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s);
+                        int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s,
+                        float* bamax = nullptr);
 
 // ---- elementwise / layout ------------------------------------------------------------------
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);

@@ -4,6 +4,7 @@
 
 #include <cooperative_groups.h>
 
+#include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
@@ -77,6 +78,21 @@ __device__ __forceinline__ float4 scale4(float4 a, float s) {
   return make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
 }
 
+// *dst = max |o| over the block's threads (one float4 each), every thread of the block taking
+// part: fmaxf from 0, so NaN is ignored as act_f16_kernel's amax ignores it (the fp16 record's
+// per-token exponent is then formed from the row's blocks: cuda::site_f16_two_pass).
+__device__ __forceinline__ void store_block_amax(float4 o, float* dst, float* red) {
+  float m = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float a = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) a = fmaxf(a, red[w]);
+    *dst = a;
+  }
+}
+
 constexpr int kMaxVec = 2;  // float4s per thread: blocks up to 8192 with 1024 threads
 
 // FWHT of one Hadamard block held as one float4 per thread (elements 4·tid .. 4·tid+3,
@@ -113,8 +129,9 @@ __device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block) {
 // silu(x) ⊙ up, also written to `act` (the SwiGLU site).
 __global__ void hadamard_kernel(const float* x, const float* up, float* act, const float* __restrict__ signs,
                                 float* y, int64_t k, int block, bool inverse, uint8_t* __restrict__ xq,
-                                float4* __restrict__ meta) {
+                                float4* __restrict__ meta, float* __restrict__ bamax) {
   extern __shared__ float buf[];
+  __shared__ float red[32];
   pdl_trigger();
   pdl_wait();
   const int64_t off = blockIdx.x * k + static_cast<int64_t>(blockIdx.y) * block;
@@ -136,6 +153,8 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
     if (xq)
       quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((off + i) / kBlockK) * kActBytes),
                      meta + (off + i) / kBlockK);
+    // [rows][k / block]: the register path only (block <= 4096; swiglu_hadamard checks)
+    if (bamax) store_block_amax(o, bamax + static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y, red);
     return;
   }
   float4 v[kMaxVec], sg[kMaxVec], u[kMaxVec];
@@ -183,8 +202,9 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
                                      const float* __restrict__ gain, const float* __restrict__ signs,
                                      float* __restrict__ normed, float* __restrict__ rotated, int n,
                                      int block, float eps, uint8_t* __restrict__ xq,
-                                     float4* __restrict__ meta) {
+                                     float4* __restrict__ meta, float* __restrict__ bamax) {
   extern __shared__ float buf[];
+  __shared__ float red[32];
   pdl_trigger();
   pdl_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
@@ -218,6 +238,7 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
   if (xq)
     quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((row + col) / kBlockK) * kActBytes),
                    meta + (row + col) / kBlockK);
+  if (bamax) store_block_amax(o, bamax + static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y, red);
 }
 
 // residual_norm_kernel with delta the unsummed output of a deferred matvec (launch.h,
@@ -325,24 +346,28 @@ void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int
 }
 
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
-              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s) {
-  swiglu_hadamard(x, nullptr, nullptr, signs, y, rows, k, block, inverse, xq, meta, s);
+              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax) {
+  swiglu_hadamard(x, nullptr, nullptr, signs, y, rows, k, block, inverse, xq, meta, s, bamax);
 }
 
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
-                     int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s) {
+                     int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,
+                     float* bamax) {
   const int threads = static_cast<int>(std::clamp<int64_t>(block / 4, 32, 1024));
+  if (bamax && 4 * threads != block)
+    fail("cuda: Hadamard block amaxes need 128 <= block <= 4096, not {}", block);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block));
   launch(hadamard_kernel, grid, threads, 2 * block * sizeof(float), s, x, up, act, signs, y, k,
-         static_cast<int>(block), inverse, xq, meta);
+         static_cast<int>(block), inverse, xq, meta, bamax);
 }
 
 void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
                         const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                        int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s) {
+                        int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax) {
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n / block));
   launch(residual_norm_kernel, grid, static_cast<unsigned>(block / 4), 2 * block * sizeof(float), s, x, delta,
-         x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq, meta);
+         x_out, gain, signs, normed, rotated, static_cast<int>(n), static_cast<int>(block), eps, xq, meta,
+         bamax);
 }
 
 }  // namespace bonsai::cuda

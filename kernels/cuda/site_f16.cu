@@ -12,6 +12,7 @@
 // (same amax, same exponent, same x·2^-e, same rounding) on those floats.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm_f16_layout.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/site_f16.h"
 #include "kernels/cuda/tile_layout.h"
 
@@ -154,6 +155,30 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
     }
 }
 
+// The second pass of site_f16_two_pass: grid (rows, k / 1024 rounded up), 256 threads, a float4
+// of natural columns 4u..4u+3 per thread, written as act_f16_kernel writes it (TERMS = 1).
+__global__ void __launch_bounds__(256)
+    f16_from_amax_kernel(const float* __restrict__ x, const float* __restrict__ bamax, int nb,
+                         uint8_t* __restrict__ xh, float* __restrict__ tscale, int k) {
+  pdl_trigger();
+  pdl_wait();
+  const int tok = static_cast<int>(blockIdx.x);
+  float amax = 0.0f;
+  for (int b = 0; b < nb; ++b) amax = fmaxf(amax, bamax[static_cast<int64_t>(tok) * nb + b]);
+  int fe = 0;
+  if (amax > 0.0f && amax <= 3.402823466e38f) frexpf(amax, &fe);
+  const int e = amax > 0.0f && amax <= 3.402823466e38f ? f16_token_exp(fe) : 0;
+  if (blockIdx.y == 0 && threadIdx.x == 0) tscale[tok] = __int_as_float((127 + e) << 23);
+  const int u = static_cast<int>(blockIdx.y) * 256 + static_cast<int>(threadIdx.x);
+  if (u >= k / 4) return;
+  const float down = __int_as_float((127 - e) << 23);  // 2^-e
+  const float4 v = ld4(x + static_cast<int64_t>(tok) * k + 4 * u);
+  __half2* o = reinterpret_cast<__half2*>(xh + static_cast<size_t>(tok) * (k / kBlockK) * kActBytes) +
+               (u >> 5) * 64 + f16_act_index((u & 31) * 4) / 2;
+  o[0] = __float22half2_rn(make_float2(v.x * down, v.z * down));
+  o[4] = __float22half2_rn(make_float2(v.y * down, v.w * down));
+}
+
 template <SiteF16Kind KIND, int NB>
 void run_site_f16(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, cudaStream_t s) {
   const int threads = static_cast<int>(block / 4), nb = static_cast<int>(k / block);
@@ -180,6 +205,31 @@ void run_site_f16(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, 
 bool site_f16_fits(int64_t k, int64_t block) {
   return block >= 128 && block <= 1024 && block % kBlockK == 0 && k % block == 0 &&
          k / block <= kSiteF16MaxBlocks;
+}
+
+bool site_f16_two_pass_fits(int64_t k, int64_t block) {
+  return block >= 128 && block <= 4096 && block % kBlockK == 0 && k % block == 0;
+}
+
+void site_f16_two_pass(SiteF16Kind kind, const SiteF16Args& a, float* bamax, int64_t rows, int64_t k,
+                       int64_t block, cudaStream_t s) {
+  if (rows <= 0) return;
+  switch (kind) {
+    case SiteF16Kind::hadamard:
+      hadamard(a.x, a.signs, a.rotated, rows, k, block, false, nullptr, nullptr, s, bamax);
+      break;
+    case SiteF16Kind::swiglu:
+      swiglu_hadamard(a.x, a.up, a.act, a.signs, a.rotated, rows, k, block, false, nullptr, nullptr, s,
+                      bamax);
+      break;
+    case SiteF16Kind::residual:
+      residual_norm_site(a.x, a.delta, a.x_out, a.gain, a.signs, block, a.normed, a.rotated, rows, k, a.eps,
+                         nullptr, nullptr, s, bamax);
+      break;
+  }
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((k / 4 + 255) / 256));
+  launch(f16_from_amax_kernel, grid, 256, 0, s, static_cast<const float*>(a.rotated),
+         static_cast<const float*>(bamax), static_cast<int>(k / block), a.xh, a.tscale, static_cast<int>(k));
 }
 
 void site_f16(SiteF16Kind kind, const SiteF16Args& a, int64_t rows, int64_t k, int64_t block,

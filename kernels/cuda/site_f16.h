@@ -50,4 +50,19 @@ bool site_f16_fits(int64_t k, int64_t block);
 // fp16 record. Requires site_f16_fits(k, block).
 void site_f16(SiteF16Kind kind, const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, cudaStream_t s);
 
+// Whether site_f16_two_pass takes rows of width k in Hadamard blocks of `block`: the per-block
+// kernels' one-float4-per-thread path (128 <= block <= 4096), block % 128 == 0, k % block == 0;
+// any number of blocks.
+bool site_f16_two_pass_fits(int64_t k, int64_t block);
+
+// The same outputs as site_f16 (bit for bit) in two launches that keep the per-block kernels'
+// occupancy (site_f16 holds the whole row in one block: 1 block per SM at 17 blocks of 1024):
+// hadamard() / swiglu_hadamard() / residual_norm_site() without the int8 quantization, each
+// block also writing its max |rotated| to bamax [rows][k / block]; then a light kernel (a block of
+// 256 float4s per (row, 1024 columns)) forms each row's amax from its blocks' (max is exact and
+// ignores NaN in any order: act_f16_kernel's amax), the exponent and the fp16 record from the
+// rotated floats just written. Requires site_f16_two_pass_fits(k, block).
+void site_f16_two_pass(SiteF16Kind kind, const SiteF16Args& a, float* bamax, int64_t rows, int64_t k,
+                       int64_t block, cudaStream_t s);
+
 }  // namespace bonsai::cuda
