@@ -9,13 +9,16 @@
 //     (all zero, huge, float-subnormal, one large element among tiny ones, the amax in the
 //     last Hadamard block), 1 .. 24 Hadamard blocks of 128 .. 1024 columns, odd row counts; and
 //     the same for site_f16_two_pass (the per-block kernels writing block amaxes, then the
-//     record), also with blocks of 2048 and 4096 that only it takes.
+//     record), also with blocks of 2048 and 4096 that only it takes, and for site_f16_cluster
+//     (a cluster of thread blocks per row) with 1 .. 4 Hadamard blocks per thread block (the
+//     last thread block of a row partial where they do not divide the row; odd block counts).
 //   CudaSiteF16.BackendSitesFeedTheGemmBitwise: CudaBackend's three sites + matmul with the
 //     sites' fp16 activation (set_site_f16(1 .. 4)) or the int8 quantization skipped (0 with
 //     skip_quant) against the int8 quantization and the conversion (0): the same GEMM output
 //     and site outputs bit for bit, and the fp16 form written (or the quantization skipped)
 //     only where the width's prefill matmuls ran the fp16 GEMM (not for decode rows, not below
-//     the GEMM's grid rule).
+//     the GEMM's grid rule); mode 3 also with the cluster form (set_site_cluster), Hadamard
+//     blocks of 1024 (a cluster of one) and of 256 (clusters of 4 and of 2, one partial).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -154,12 +157,23 @@ TEST(CudaSiteF16, MatchesPerBlockSitesAndConversion) {
   // 5 / 17 blocks of 1024 (the 27B's residual and SwiGLU sites: 8- and 24-float4 kernels), 6 of
   // 256 (one cross-warp stage), 4 and 24 of 128 (a warp per block, no cross-warp stage), 1.
   // 2 of 2048 and 3 of 4096: site_f16_two_pass only.
-  const Case cases[] = {{13, 5120, 1024}, {7, 17408, 1024}, {37, 1536, 256}, {1, 512, 128},
-                        {5, 3072, 128},   {3, 1024, 1024},  {6, 4096, 2048}, {5, 12288, 4096}};
+  // 7 of 256 and 9 of 128: odd counts for the cluster form (partial last thread blocks).
+  const Case cases[] = {{13, 5120, 1024}, {7, 17408, 1024}, {37, 1536, 256},  {1, 512, 128},  {5, 3072, 128},
+                        {3, 1024, 1024},  {6, 4096, 2048},  {5, 12288, 4096}, {9, 1792, 256}, {6, 1152, 128}};
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   for (const Case& cs : cases) {
     const bool fused = cuda::site_f16_fits(cs.k, cs.block);
     ASSERT_EQ(fused, cs.block <= 1024);
     ASSERT_TRUE(cuda::site_f16_two_pass_fits(cs.k, cs.block));
+    std::vector<int> per_blocks;  // the cluster form's choices that fit this row
+    for (int g = 1; g <= 4; ++g) {
+      const int64_t c = (cs.k / cs.block + g - 1) / g;
+      const bool fits = major == 9 && cs.block <= 1024 && c <= cuda::kSiteF16MaxCluster;
+      ASSERT_EQ(cuda::site_f16_cluster_fits(cs.k, cs.block, g), fits) << cs.k << " " << cs.block << " " << g;
+      if (fits) per_blocks.push_back(g);
+    }
     const size_t count = static_cast<size_t>(cs.rows * cs.k);
     const size_t kbs = static_cast<size_t>(cs.rows * (cs.k / cuda::kBlockK));
     DevMem mem;
@@ -229,11 +243,21 @@ TEST(CudaSiteF16, MatchesPerBlockSitesAndConversion) {
           if (fused) cuda::site_f16(kind, args(got), cs.rows, cs.k, cs.block, nullptr);
           float* bamax = mem.alloc<float>(static_cast<size_t>(cs.rows * (cs.k / cs.block)));
           cuda::site_f16_two_pass(kind, args(two), bamax, cs.rows, cs.k, cs.block, nullptr);
+          std::vector<Out> cl;  // per per_blocks[i]
+          for (const int g : per_blocks) {
+            cl.push_back(outs());
+            ASSERT_TRUE(cuda::site_f16_cluster(kind, args(cl.back()), cs.rows, cs.k, cs.block, g, nullptr))
+                << what << " cluster, " << g << " per block";
+          }
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-          for (const bool is_two : {false, true}) {
-            if (!is_two && !fused) continue;
-            const Out& g = is_two ? two : got;
-            const std::string w = what + (is_two ? " (two passes)" : " (one block per row)");
+          for (int form = -2; form < static_cast<int>(cl.size()); ++form) {  // -2 fused, -1 two passes
+            if (form == -2 && !fused) continue;
+            const Out& g = form == -2 ? got : (form == -1 ? two : cl[static_cast<size_t>(form)]);
+            const std::string w =
+                what + (form == -2   ? " (one block per row)"
+                        : form == -1 ? " (two passes)"
+                                     : " (cluster, " + std::to_string(per_blocks[static_cast<size_t>(form)]) +
+                                           " per block)");
             expect_same_bits(down(want.rotated, count), down(g.rotated, count), w + " rotated");
             if (kind == cuda::SiteF16Kind::swiglu)
               expect_same_bits(down(want.act, count), down(g.act, count), w + " act");
@@ -276,7 +300,7 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   // 8448 rows: 66 row blocks x 3 token blocks of 64 at t = 130 (198 >= 132 SMs: the fp16 GEMM
   // where it is chosen), 66 x 1 at t = 13 (below one block per SM: the int8 kernels).
-  const int64_t n = 8448, k = 1024, block = 1024;
+  const int64_t n = 8448, k = 1024;
   std::vector<uint8_t> raw;
   Weight w = gemm_weight(raw, n, k);
   auto gain_h = randn(static_cast<size_t>(k), 6, 0.3f);
@@ -306,11 +330,17 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
     GTEST_SKIP() << "grid rule changed";
   struct Run {
     std::vector<std::vector<float>> outs;
-    int64_t site_f16 = 0, skips = 0;
+    int64_t site_f16 = 0, skips = 0, cluster = 0;
   };
-  auto run = [&](int mode, bool skip_quant) {
+  struct Cl {
+    int per_block = 0;     // set_site_cluster(per_block, per_block); 0: not used
+    int64_t block = 1024;  // the sites' Hadamard block
+  };
+  auto run = [&](int mode, bool skip_quant, Cl cl) {
+    const int64_t block = cl.block;
     CudaBackend be(0);
     be.set_site_f16(mode, skip_quant);
+    be.set_site_cluster(cl.per_block, cl.per_block);
     be.prepare(w);
     be.prepare(gain);
     Run r;
@@ -352,13 +382,14 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
       keep(y, static_cast<size_t>(t) * n);
     }
     r.site_f16 = be.site_f16_launches();
+    r.cluster = be.site_f16_cluster_launches();
     r.skips = be.site_quant_skips();
     for (float* p : bufs) be.release(p);
     be.unprepare(w);
     be.unprepare(gain);
     return r;
   };
-  const Run base = run(0, false);
+  const Run base = run(0, false, {});
   EXPECT_EQ(base.site_f16, 0);
   EXPECT_EQ(base.skips, 0);
   // t = 130 the first time: the residual site before any matmul of the width converts, the
@@ -369,15 +400,31 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
   for (const int mode : {0, 1, 2, 3, 4})
     for (const bool skip_quant : {true, false}) {
       if (mode == 0 && !skip_quant) continue;  // (the base)
-      const Run sites = run(mode, skip_quant);
+      const Run sites = run(mode, skip_quant, {});
       const std::string what = "mode " + std::to_string(mode) + (skip_quant ? " skip_quant" : "");
       const bool writes = mode > 0 && f16;
       EXPECT_EQ(sites.site_f16, writes ? where : 0) << what;
       EXPECT_EQ(sites.skips, !writes && skip_quant ? where : 0) << what;
+      EXPECT_EQ(sites.cluster, 0) << what;
       ASSERT_EQ(base.outs.size(), sites.outs.size()) << what;
       for (size_t i = 0; i < base.outs.size(); ++i)
         expect_same_bits(base.outs[i], sites.outs[i], what + " output " + std::to_string(i));
     }
+  // The cluster form (mode 3): a cluster of one (1024), of 4 and of 2 with one Hadamard block of
+  // the row's 4 left to the last thread block (256), against mode 0 at the same block.
+  const Run base256 = run(0, false, {0, 256});
+  const Cl forms[] = {{1, 1024}, {1, 256}, {3, 256}};
+  for (const Cl& cl : forms) {
+    const Run sites = run(3, true, cl);
+    const Run& want = cl.block == 1024 ? base : base256;
+    const std::string what =
+        "mode 3, cluster " + std::to_string(cl.per_block) + " per block, block " + std::to_string(cl.block);
+    EXPECT_EQ(sites.site_f16, f16 ? where : 0) << what;
+    EXPECT_EQ(sites.cluster, f16 && major == 9 ? where : 0) << what;
+    ASSERT_EQ(want.outs.size(), sites.outs.size()) << what;
+    for (size_t i = 0; i < want.outs.size(); ++i)
+      expect_same_bits(want.outs[i], sites.outs[i], what + " output " + std::to_string(i));
+  }
 }
 
 }  // namespace

@@ -100,6 +100,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     m.site_f16_mode = v[0] - '0';
   }
   m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
+  if (const char* e = std::getenv("BONSAI_CUDA_SITE_CLUSTER"); e && *e) {
+    const std::string_view v(e);
+    if (v.size() != 3 || v[0] < '0' || v[0] > '4' || v[1] != ',' || v[2] < '0' || v[2] > '4')
+      fail("BONSAI_CUDA_SITE_CLUSTER='{}': expected narrow,wide with each 0 .. 4 (e.g. 0,3)", v);
+    m.site_cluster[0] = v[0] - '0';
+    m.site_cluster[1] = v[2] - '0';
+  }
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -121,6 +128,13 @@ void CudaBackend::set_site_f16(int mode, bool skip_quant) {
   impl_->site_f16_mode = mode;
   impl_->site_skip_quant = skip_quant;
 }
+void CudaBackend::set_site_cluster(int narrow, int wide) {
+  if (narrow < 0 || narrow > 4 || wide < 0 || wide > 4)
+    fail("cuda: set_site_cluster({}, {}): expected 0 .. 4", narrow, wide);
+  impl_->site_cluster[0] = narrow;
+  impl_->site_cluster[1] = wide;
+}
+int64_t CudaBackend::site_f16_cluster_launches() const { return impl_->site_cluster_launches; }
 void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream) {
   impl_->mv_evict = matvec_evict_first;
   impl_->gdn_stream = gdn_state_stream;

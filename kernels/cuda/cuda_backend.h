@@ -98,6 +98,13 @@ class CudaBackend : public Backend {
   // passes; skip_quant: the others whose consumer is the fp16 GEMM skip the int8 quantization
   // (defaults: BONSAI_CUDA_SITE_F16, BONSAI_CUDA_SITE_SKIPQ; results do not depend on them).
   void set_site_f16(int mode, bool skip_quant = true);
+  // With mode 3: the sites write the fp16 record in one launch of a cluster per row
+  // (cuda::site_f16_cluster), `narrow` / `wide` Hadamard blocks per thread block (1..4; 0: the
+  // block-per-row kernel / two passes) for rows of at most / more than 8 Hadamard blocks
+  // (default: BONSAI_CUDA_SITE_CLUSTER="narrow,wide"; results do not depend on it).
+  void set_site_cluster(int narrow, int wide);
+  // Site launches so far that ran as a cluster per row.
+  int64_t site_f16_cluster_launches() const;
   // Cache hints of launches issued afterwards (results do not depend on them): the matvec's
   // weight loads with an L2 evict-first policy (default: BONSAI_CUDA_MV_EVICT, else on), the
   // GDN site's state loads and stores streaming (BONSAI_CUDA_GDN_STREAM, else on).

@@ -127,6 +127,11 @@ constexpr int kSiteF16 = 3;
 // not write the fp16 record itself skips the int8 quantization nobody reads (the GEMM converts
 // the float output; a wrong guess costs one quantization in matmul).
 constexpr bool kSiteSkipQuant = true;
+// Default of BONSAI_CUDA_SITE_CLUSTER ("narrow,wide"): with BONSAI_CUDA_SITE_F16=3, the Hadamard
+// blocks per thread block of cuda::site_f16_cluster (the row over a cluster of thread blocks, the
+// fp16 record in one launch from registers) for rows of at most 8 Hadamard blocks (else the
+// block-per-row kernel) and wider ones (else two passes); 0: not used.
+constexpr int kSiteClusterNarrow = 0, kSiteClusterWide = 3;
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
@@ -163,6 +168,8 @@ struct CudaBackend::Impl {
   bool site_skip_quant = kSiteSkipQuant;  // BONSAI_CUDA_SITE_SKIPQ
   int64_t site_f16_launches = 0, site_quant_skips = 0;
   Growable bamax;  // [rows][k / block] the two-pass sites' block amaxes
+  int site_cluster[2] = {kSiteClusterNarrow, kSiteClusterWide};  // BONSAI_CUDA_SITE_CLUSTER
+  int64_t site_cluster_launches = 0;
 
   bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
   bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
@@ -330,7 +337,10 @@ struct CudaBackend::Impl {
     grow(hscale, static_cast<size_t>(rows) * sizeof(float), "fp16 activation scales");
     a.xh = xh.as<uint8_t>();
     a.tscale = hscale.as<float>();
-    if (how == SiteOut::two_pass) {
+    const int per_block = site_f16_mode == 3 ? site_cluster[k / block > 8 ? 1 : 0] : 0;
+    if (per_block > 0 && cuda::site_f16_cluster(kind, a, rows, k, block, per_block, stream)) {
+      ++site_cluster_launches;  // (false: not launched; the form below runs)
+    } else if (how == SiteOut::two_pass) {
       grow(bamax, static_cast<size_t>(rows) * (k / block) * sizeof(float), "site block amaxes");
       cuda::site_f16_two_pass(kind, a, bamax.as<float>(), rows, k, block, stream);
     } else {

@@ -10,6 +10,8 @@
 // same a + b / a − b of the same operands in the reference's stage order, so rotated is
 // bit-identical to the per-block kernels; the fp16 record repeats act_f16_kernel's arithmetic
 // (same amax, same exponent, same x·2^-e, same rounding) on those floats.
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm_f16_layout.h"
 #include "kernels/cuda/launch.h"
@@ -26,21 +28,35 @@ __device__ __forceinline__ float4 mul4(float4 a, float4 b) {
   return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
 }
 
-// Block per row, blockDim = block / 4, nb = k / block <= NB Hadamard blocks.
-template <SiteF16Kind KIND, int NB>
+// blockDim = block / 4. CL = false: a block per row, nb = k / block <= NB Hadamard blocks.
+// CL = true: a cluster of gridDim.y blocks per row, block j taking the row's Hadamard blocks
+// j·NB .. j·NB + NB − 1 (fewer in the last one); what needs the whole row goes through the
+// cluster's shared memory (distributed shared memory): the residual's Σx² (thread i reads float4
+// i of every Hadamard block from its owner, blocks 0, 1, ... in order: the same floats as one
+// block per row) and the row's amax (each block's max, then the max over the cluster: exact).
+// Every other float is computed by the same code either way.
+template <SiteF16Kind KIND, int NB, bool CL>
 __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int block, int nb) {
-  extern __shared__ float4 stage[];  // [nb][blockDim]: the cross-warp FWHT stages
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (CL) {
+    __trap();  // launched only on compute capability 9.x (site_f16_cluster)
+  }
+#endif
+  // [NB][blockDim]: the cross-warp FWHT stages; CL residual: then [NB][blockDim] x + delta
+  extern __shared__ float4 stage[];
   __shared__ float red[32];
   pdl_trigger();
   pdl_wait();
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * k;
+  const int b0 = CL ? static_cast<int>(blockIdx.y) * NB : 0;  // first Hadamard block of this block
+  const int nbl = CL ? min(NB, nb - b0) : nb;                 // how many it takes
   float4 v[NB];
   if constexpr (KIND == SiteF16Kind::residual) {
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
-        const int64_t at = row + b * block + 4 * tid;
+      if (b < nbl) {
+        const int64_t at = row + (b0 + b) * block + 4 * tid;
         float4 w = ld4(a.x + at);
         if (a.delta) {
           const float4 d = ld4(a.delta + at);
@@ -49,22 +65,37 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
         v[b] = w;
       }
     float ss = 0.0f;
+    // residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w` as it
+    // compiles there (x·x rounded, three FMAs, then the add; residual_norm_split_kernel).
+    const auto sq = [](float s, float4 w) {
+      return __fadd_rn(s, __fmaf_rn(w.w, w.w, __fmaf_rn(w.z, w.z, __fmaf_rn(w.y, w.y, __fmul_rn(w.x, w.x)))));
+    };
+    if constexpr (CL) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      float4* sum_s = stage + NB * nt;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        if (b < nbl) sum_s[b * nt + tid] = v[b];
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();               // every block's x + delta is in its shared memory
+      for (int r = 0; r < nb; ++r)  // Hadamard block r lives in cluster rank r / NB
+        ss = sq(ss, cluster.map_shared_rank(sum_s, r / NB)[(r % NB) * nt + tid]);
+#endif
+    } else {
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        if (b < nbl) ss = sq(ss, v[b]);
+    }
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
-        const float4 w = v[b];
-        // residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w` as it
-        // compiles there (x·x rounded, three FMAs, then the add; residual_norm_split_kernel).
-        ss =
-            __fadd_rn(ss, __fmaf_rn(w.w, w.w, __fmaf_rn(w.z, w.z, __fmaf_rn(w.y, w.y, __fmul_rn(w.x, w.x)))));
-        st4(a.x_out + row + b * block + 4 * tid, w);
-      }
+      if (b < nbl) st4(a.x_out + row + (b0 + b) * block + 4 * tid, v[b]);
     ss = block_sum(ss);
     const float scale = 1.0f / sqrtf(ss / static_cast<float>(k) + a.eps);
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
-        const int col = b * block + 4 * tid;
+      if (b < nbl) {
+        const int col = (b0 + b) * block + 4 * tid;
         const float4 gn = ld4(a.gain + col);
         const float4 nv = make_float4(v[b].x * scale * gn.x, v[b].y * scale * gn.y, v[b].z * scale * gn.z,
                                       v[b].w * scale * gn.w);
@@ -74,8 +105,8 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   } else {
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
-        const int col = b * block + 4 * tid;
+      if (b < nbl) {
+        const int col = (b0 + b) * block + 4 * tid;
         float4 w = ld4(a.x + row + col);
         if constexpr (KIND == SiteF16Kind::swiglu) {
           const float4 u = ld4(a.up + row + col);
@@ -88,7 +119,7 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   // FWHT of every Hadamard block (fwht_regs's stages, all blocks at once).
 #pragma unroll
   for (int b = 0; b < NB; ++b)
-    if (b < nb) {
+    if (b < nbl) {
       const float a0 = v[b].x + v[b].y, a1 = v[b].x - v[b].y, a2 = v[b].z + v[b].w, a3 = v[b].z - v[b].w;
       v[b] = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
     }
@@ -96,7 +127,7 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   for (int m = 1; m < 32 && 4 * m < block; m <<= 1) {
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
+      if (b < nbl) {
         const float4 o =
             make_float4(__shfl_xor_sync(kFullMask, v[b].x, m), __shfl_xor_sync(kFullMask, v[b].y, m),
                         __shfl_xor_sync(kFullMask, v[b].z, m), __shfl_xor_sync(kFullMask, v[b].w, m));
@@ -107,11 +138,11 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   for (int m = 32; 4 * m < block; m <<= 1) {
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) stage[b * nt + tid] = v[b];
+      if (b < nbl) stage[b * nt + tid] = v[b];
     __syncthreads();
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (b < nb) {
+      if (b < nbl) {
         const float4 o = stage[b * nt + (tid ^ m)];
         v[b] = tid & m ? make_float4(o.x - v[b].x, o.y - v[b].y, o.z - v[b].z, o.w - v[b].w)
                        : make_float4(v[b].x + o.x, v[b].y + o.y, v[b].z + o.z, v[b].w + o.w);
@@ -122,9 +153,9 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   float amax = 0.0f;
 #pragma unroll
   for (int b = 0; b < NB; ++b)
-    if (b < nb) {
+    if (b < nbl) {
       v[b] = make_float4(v[b].x * inv, v[b].y * inv, v[b].z * inv, v[b].w * inv);
-      st4(a.rotated + row + b * block + 4 * tid, v[b]);
+      st4(a.rotated + row + (b0 + b) * block + 4 * tid, v[b]);
       amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[b].x), fabsf(v[b].y)), fmaxf(fabsf(v[b].z), fabsf(v[b].w))));
     }
   // act_f16_kernel's exponent: max is exact and ignores NaN in any order, so the same amax.
@@ -133,11 +164,25 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   __syncthreads();
   amax = red[0];
   for (int w = 1; w < (nt >> 5); ++w) amax = fmaxf(amax, red[w]);
+  if constexpr (CL) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ float cl_amax;  // this block's amax, read by the cluster
+    if (tid == 0) cl_amax = amax;
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's amax is in its shared memory (and the Σx² reads are done)
+    for (int r = 0; r < static_cast<int>(gridDim.y); ++r)
+      amax = fmaxf(amax, *cluster.map_shared_rank(&cl_amax, r));
+    // Done reading the others' shared memory; the matching wait below, before the block exits,
+    // keeps each block's memory alive until every block of the cluster has read it.
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+  }
   int fe = 0;
   if (amax > 0.0f && amax <= 3.402823466e38f) frexpf(amax, &fe);
   const int e = amax > 0.0f && amax <= 3.402823466e38f ? f16_token_exp(fe) : 0;
   const float down = __int_as_float((127 - e) << 23);  // 2^-e
-  if (tid == 0) a.tscale[blockIdx.x] = __int_as_float((127 + e) << 23);
+  if (b0 == 0 && tid == 0) a.tscale[blockIdx.x] = __int_as_float((127 + e) << 23);
   // float4 i of block b holds natural columns c = b·block + 4i .. +3: k-block c / 128, its
   // float4 (c % 128) / 4 = i % 32 (block % 128 == 0), written as act_f16_kernel writes it.
   __half2* out =
@@ -145,14 +190,19 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
   const int p = f16_act_index(4 * lane);  // even: a half2 boundary
 #pragma unroll
   for (int b = 0; b < NB; ++b)
-    if (b < nb) {
-      const int kb = (b * block + 4 * tid) / kBlockK;
+    if (b < nbl) {
+      const int kb = ((b0 + b) * block + 4 * tid) / kBlockK;
       __half2* o = out + kb * 64 + p / 2;
       const float2 lo = make_float2(v[b].x * down, v[b].z * down),
                    hi = make_float2(v[b].y * down, v[b].w * down);
       o[0] = __float22half2_rn(lo);
       o[4] = __float22half2_rn(hi);
     }
+  if constexpr (CL) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+  }
 }
 
 // The second pass of site_f16_two_pass: grid (rows, k / 1024 rounded up), 256 threads, a float4
@@ -184,10 +234,10 @@ void run_site_f16(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, 
   const int threads = static_cast<int>(block / 4), nb = static_cast<int>(k / block);
   const size_t smem = static_cast<size_t>(nb) * threads * sizeof(float4);
   if (smem > 48 * 1024)
-    cudaFuncSetAttribute(site_f16_kernel<KIND, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(site_f16_kernel<KIND, NB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
-  launch(site_f16_kernel<KIND, NB>, static_cast<unsigned>(rows), threads, smem, s, a, static_cast<int>(k),
-         static_cast<int>(block), nb);
+  launch(site_f16_kernel<KIND, NB, false>, static_cast<unsigned>(rows), threads, smem, s, a,
+         static_cast<int>(k), static_cast<int>(block), nb);
 }
 
 template <SiteF16Kind KIND>
@@ -198,6 +248,67 @@ void run_site_f16(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, 
     run_site_f16<KIND, 8>(a, rows, k, block, s);
   else
     run_site_f16<KIND, kSiteF16MaxBlocks>(a, rows, k, block, s);
+}
+
+// site_f16_kernel<KIND, NB, true>: grid (rows, c) in clusters of (1, c) blocks.
+template <SiteF16Kind KIND, int NB>
+bool run_site_f16_cluster(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, cudaStream_t s) {
+  const int threads = static_cast<int>(block / 4), nb = static_cast<int>(k / block);
+  const int c = (nb + NB - 1) / NB;
+  const size_t smem =
+      (KIND == SiteF16Kind::residual ? 2 : 1) * static_cast<size_t>(NB) * threads * sizeof(float4);
+  void (*kernel)(SiteF16Args, int, int, int) = site_f16_kernel<KIND, NB, true>;
+  if (c > 8 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(c));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = 1;
+  attr[1].val.clusterDim.y = static_cast<unsigned>(c);
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  if (cudaLaunchKernelEx(&cfg, kernel, a, static_cast<int>(k), static_cast<int>(block), nb) == cudaSuccess)
+    return true;
+  cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+  return false;
+}
+
+template <SiteF16Kind KIND>
+bool run_site_f16_cluster(const SiteF16Args& a, int64_t rows, int64_t k, int64_t block, int per_block,
+                          cudaStream_t s) {
+  switch (per_block) {
+    case 1:
+      return run_site_f16_cluster<KIND, 1>(a, rows, k, block, s);
+    case 2:
+      return run_site_f16_cluster<KIND, 2>(a, rows, k, block, s);
+    case 3:
+      return run_site_f16_cluster<KIND, 3>(a, rows, k, block, s);
+    default:
+      return run_site_f16_cluster<KIND, 4>(a, rows, k, block, s);
+  }
+}
+
+bool clusters_available() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major == 9;  // the sm_90a build; other devices run the PTX, whose kernel is a stub
+  }();
+  return ok;
 }
 
 }  // namespace
@@ -246,6 +357,28 @@ void site_f16(SiteF16Kind kind, const SiteF16Args& a, int64_t rows, int64_t k, i
       run_site_f16<SiteF16Kind::residual>(a, rows, k, block, s);
       break;
   }
+}
+
+bool site_f16_cluster_fits(int64_t k, int64_t block, int per_block) {
+  if (block < 128 || block > 1024 || block % kBlockK || k % block || per_block < 1 || per_block > 4)
+    return false;
+  const int64_t c = (k / block + per_block - 1) / per_block;
+  return c <= kSiteF16MaxCluster && clusters_available();
+}
+
+bool site_f16_cluster(SiteF16Kind kind, const SiteF16Args& a, int64_t rows, int64_t k, int64_t block,
+                      int per_block, cudaStream_t s) {
+  if (!site_f16_cluster_fits(k, block, per_block)) return false;
+  if (rows <= 0) return true;
+  switch (kind) {
+    case SiteF16Kind::hadamard:
+      return run_site_f16_cluster<SiteF16Kind::hadamard>(a, rows, k, block, per_block, s);
+    case SiteF16Kind::swiglu:
+      return run_site_f16_cluster<SiteF16Kind::swiglu>(a, rows, k, block, per_block, s);
+    case SiteF16Kind::residual:
+      return run_site_f16_cluster<SiteF16Kind::residual>(a, rows, k, block, per_block, s);
+  }
+  return false;
 }
 
 }  // namespace bonsai::cuda

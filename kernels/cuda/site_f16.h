@@ -65,4 +65,22 @@ bool site_f16_two_pass_fits(int64_t k, int64_t block);
 void site_f16_two_pass(SiteF16Kind kind, const SiteF16Args& a, float* bamax, int64_t rows, int64_t k,
                        int64_t block, cudaStream_t s);
 
+// The largest cluster site_f16_cluster launches (16: the non-portable limit of sm_90).
+inline constexpr int kSiteF16MaxCluster = 16;
+
+// Whether site_f16_cluster takes rows of width k in Hadamard blocks of `block` with `per_block`
+// (1..4) Hadamard blocks per thread block: 128 <= block <= 1024, block % 128 == 0, k % block == 0,
+// at most kSiteF16MaxCluster thread blocks per row, and a device of compute capability 9.x.
+bool site_f16_cluster_fits(int64_t k, int64_t block, int per_block);
+
+// The same outputs as site_f16 (bit for bit: the same code) with a row spread over a cluster of
+// ceil(k / block / per_block) thread blocks, each holding per_block Hadamard blocks of it in
+// registers (site_f16 holds all of them in one block: 192 registers and one block per SM at 17
+// blocks of 1024). The row-wide reductions (the residual's Σx², in the same order, and the amax)
+// go through the cluster's shared memory, so the row is read once and the fp16 record written
+// from registers in one launch. False (nothing launched, no error left) where it does not fit
+// or the device refuses the cluster launch: the caller runs another form.
+bool site_f16_cluster(SiteF16Kind kind, const SiteF16Args& a, int64_t rows, int64_t k, int64_t block,
+                      int per_block, cudaStream_t s);
+
 }  // namespace bonsai::cuda
