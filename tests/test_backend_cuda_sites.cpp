@@ -162,7 +162,8 @@ TEST_F(CudaSites, AttentionSiteMatchesComposedReference) {
 
 // The GDN site (conv, alpha/beta rows, gates, delta rule, gated norm, head order: one launch)
 // against the reference composition: decode and few-token batches (one kernel), longer
-// batches (the prefill walk), F32/F16/BF16 alpha/beta, tiled and grouped output.
+// batches (the prefill walk and the pipeline around it, gdn_pipe.cu), F32/F16/BF16 alpha/beta,
+// tiled and grouped output.
 // Every site runs twice, so the conv-state hand-off counters must come back to zero.
 TEST_F(CudaSites, GdnSiteMatchesComposedReference) {
   struct Case {
@@ -176,7 +177,12 @@ TEST_F(CudaSites, GdnSiteMatchesComposedReference) {
                          Case{{4, 12, 128, 128, 1e-6f}, 3, 256, DType::F32, false},
                          Case{{2, 4, 64, 96, 1e-6f}, 7, 200, DType::BF16, true},
                          Case{{4, 12, 128, 128, 1e-6f}, 20, 256, DType::BF16, true},
-                         Case{{1, 3, 32, 64, 1e-6f}, 1, 96, DType::F16, false}}) {
+                         Case{{1, 3, 32, 64, 1e-6f}, 1, 96, DType::F16, false},
+                         // the prefill pipeline around its thresholds: 16 tokens (alpha/beta rows on
+                         // the tensor cores), conv tiles of 16, gated norm tiled and grouped
+                         Case{{4, 12, 128, 128, 1e-6f}, 16, 256, DType::F32, false},
+                         Case{{4, 8, 128, 128, 1e-6f}, 17, 128, DType::BF16, true},
+                         Case{{2, 6, 64, 64, 1e-6f}, 33, 160, DType::F16, true}}) {
     const GdnShape& s = cs.s;
     const int t = cs.t, taps = 4;
     const int64_t C = 2 * s.n_k * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v, DV = s.n_v * s.d_v;

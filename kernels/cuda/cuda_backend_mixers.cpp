@@ -1,8 +1,8 @@
 // CudaBackend's ops of the two mixers (kernels/cuda/cuda_backend.h): the attention layer (rope,
 // cache rows, attention and its fused site: attention.cu, attention_mma.cu) and the GatedDeltaNet
 // layer (conv, gates, recurrence, gated norm and the fused site: gdn.cu, gdn_walk.cu,
-// gdn_chunked.cu). Split from cuda_backend.cpp (the memory, weight, matmul and norm/FWHT site
-// ops) to keep both files readable; they share CudaBackend::Impl (cuda_backend_impl.h).
+// gdn_chunked.cu, gdn_ab_mma.cu, gdn_pipe.cu). Split from cuda_backend.cpp (the memory, weight, matmul and
+// norm/FWHT site ops) to keep both files readable; they share CudaBackend::Impl (cuda_backend_impl.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/gdn_ab_mma.h"
+#include "kernels/cuda/gdn_pipe.h"
 
 namespace bonsai {
 void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
@@ -135,8 +136,15 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
       float* ab_out[] = {a.alpha, a.beta_in};
       matmul_multi(ab, a.normed, ab_out, t);
     }
-    cuda::gdn_conv_norm(a.qkv, a.conv_state, cw.f32(), a.conv, t, a.taps, s.n_k, s.n_v, s.d_k, s.d_v, s.eps,
-                        m.stream);
+    // BONSAI_CUDA_GDN_PIPE (kernels/cuda/gdn_pipe.h): the warp-per-tile conv + norms and the gated
+    // norm writing the head order itself, or the block-per-token kernels and transpose_heads
+    const int pipe = cuda::gdn_pipe_mask();
+    if ((pipe & cuda::kGdnPipeConv) && cuda::gdn_conv_norm_tiled_fits(a.taps, s.d_k, s.d_v))
+      cuda::gdn_conv_norm_tiled(a.qkv, a.conv_state, cw.f32(), a.conv, t, a.taps, s.n_k, s.n_v, s.d_k, s.d_v,
+                                s.eps, m.stream);
+    else
+      cuda::gdn_conv_norm(a.qkv, a.conv_state, cw.f32(), a.conv, t, a.taps, s.n_k, s.n_v, s.d_k, s.d_v, s.eps,
+                          m.stream);
     check_launch("gdn_conv_norm");
     cuda::GdnFused f;
     f.conv = a.conv;
@@ -157,12 +165,19 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
     f.eps = s.eps;
     cuda::gdn_walk(f, m.stream);
     check_launch("gdn_walk");
-    float* y = a.grouped ? a.normed_o : a.out;
-    cuda::gated_rmsnorm(a.o, a.z, norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps, m.stream);
-    check_launch("gated_rmsnorm");
-    if (a.grouped) {
-      cuda::transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v, m.stream);
-      check_launch("transpose_heads");
+    float* y = a.out;
+    if (pipe & cuda::kGdnPipeNorm) {
+      cuda::gated_rmsnorm_heads(a.o, a.z, norm_w, a.out, t, s.n_v, s.n_k, s.d_v, a.norm_eps, a.grouped,
+                                m.stream);
+      check_launch("gated_rmsnorm_heads");
+    } else {
+      y = a.grouped ? a.normed_o : a.out;
+      cuda::gated_rmsnorm(a.o, a.z, norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps, m.stream);
+      check_launch("gated_rmsnorm");
+      if (a.grouped) {
+        cuda::transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v, m.stream);
+        check_launch("transpose_heads");
+      }
     }
     for (const float* p : {a.conv, a.o, y, a.alpha, a.beta_in})
       m.wrote(p, static_cast<size_t>(t) * channels * sizeof(float));  // a bound: conv is the widest

@@ -16,20 +16,22 @@
 // accumulation (fp32, n adds in the tensor core's and the block reduction's order) the result
 // is within (3·2^-22 + n·2^-23)·Σ|x w| of the exact sum: fp32's accuracy, tested so in
 // tests/test_backend_cuda_gdn_ab.cpp. The 2-3x tensor-core work costs nothing measurable: on
-// the H200 (27B, t = 512, BF16 rows) a launch takes 31-33 us under ncu, i.e. its 128 blocks read
-// 128 x (320 KB of x + 240 KB of weights) = 72 MB from L2 at ~2.2 TB/s, a fraction of L2's
-// rate: by that arithmetic it waits on load latency (one block of 8 warps per SM, 4 chunks of
-// loads in flight per warp; not profiled further). More loads in flight (16 warps, or a
-// cp.async ring) is the next step (docs/performance.md, session 6: alpha/beta rows).
+// the H200 (27B, t = 512, BF16 rows) session 6's launch took 31-33 us under ncu: its 128 blocks
+// read 128 x (320 KB of x + 240 KB of weights) = 72 MB from L2 at ~2.2 TB/s, and ptxas kept only
+// one chunk's loads in registers (68 registers: the "4 chunks in flight" were issued one by one).
+// Session 7: the next kUnroll chunks are loaded into a second set of registers while the current
+// ones are multiplied (kPipe; 130 registers): 27.1 -> 15.5 us in the microbenchmark, 30.2 -> 18.3
+// us per layer under ncu (docs/performance.md, session 7: the GDN pipeline). Fewer rows per
+// block (more blocks) read x more often and measured slower.
 //
-// Layout. Block per (24 of the 2·n_v rows: three n8 tiles, 16 tokens: one m16 tile), 8 warps
-// splitting k in chunks of 16 columns (warp w takes chunks w, w+8, ...); the 8 warps' partial
-// tiles are added in warp order through shared memory (deterministic). Within a chunk, lane
-// (g = lane/4, q = lane%4) loads the float4 of columns 16c + 4q .. +3 of tokens g and g+8 and of
-// weight rows g of each n8 tile, and feeds elements 0,1 as the mma's k = q, q+4 and elements
-// 2,3 to a second mma: a permutation of the 16 columns, the same for the A and B operands, so
-// the products pair up as in the plain order. The grid runs the row groups of one token tile
-// next to each other (blockIdx.x), so x is read from DRAM once and from L2 by the others.
+// Layout (the default variant). Block per (24 of the 2·n_v rows: three n8 tiles, 16 tokens: one m16 tile), 8
+// warps splitting k in chunks of 16 columns (warp w takes chunks w, w+8, ...); the 8 warps' partial tiles are
+// added in warp order through shared memory (deterministic). Within a chunk, lane (g = lane/4, q = lane%4)
+// loads the float4 of columns 16c + 4q .. +3 of tokens g and g+8 and of weight rows g of each n8 tile, and
+// feeds elements 0,1 as the mma's k = q, q+4 and elements 2,3 to a second mma: a permutation of the 16
+// columns, the same for the A and B operands, so the products pair up as in the plain order. The grid runs
+// the row groups of one token tile next to each other (blockIdx.x), so x is read from DRAM once and from L2
+// by the others.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -41,11 +43,8 @@
 namespace bonsai::cuda {
 namespace {
 
-constexpr int kTok = 16;   // tokens per block: one m16 tile
-constexpr int kTiles = 3;  // n8 tiles per block
-constexpr int kRows = 8 * kTiles;
+constexpr int kTok = 16;  // tokens per block: one m16 tile
 constexpr int kWarps = 8;
-constexpr int kUnroll = 4;  // 16-column chunks per warp whose loads are in flight together
 
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
@@ -86,7 +85,7 @@ __device__ __forceinline__ float4 load4(const uint8_t* row, int c) {
 }
 
 // One k8 step: A columns (x of tokens g, g+8 at the two permuted columns), B the weights.
-template <RawType T>
+template <RawType T, int kTiles>
 __device__ __forceinline__ void step(float (&acc)[kTiles][4], float xa0, float xa1, float xb0, float xb1,
                                      const float (&w0)[kTiles], const float (&w1)[kTiles]) {
   uint32_t hi[4], lo[4];  // a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4)
@@ -111,11 +110,51 @@ __device__ __forceinline__ void step(float (&acc)[kTiles][4], float xa0, float x
   }
 }
 
-template <RawType T>
+// The loads of kUnroll 16-column chunks of one warp (chunks c0, c0 + kWarps, ...): x of tokens g
+// and g + 8, and the kTiles weight rows; columns past k read as zeros (they add +0 products).
+template <RawType T, int kTiles, int kUnroll>
+struct AbLoads {
+  float4 a[kUnroll], b[kUnroll], w[kUnroll][kTiles];
+  __device__ __forceinline__ void load(const float* xa, const float* xb, const uint8_t* const (&rows)[kTiles],
+                                       int c0, int q, int k) {
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int col = (c0 + u * kWarps) * 16 + 4 * q;
+      const bool in = col < k;  // k % 4 == 0: a float4 is whole or past the end (zeros)
+      a[u] = in ? *reinterpret_cast<const float4*>(xa + col) : zero;
+      b[u] = in ? *reinterpret_cast<const float4*>(xb + col) : zero;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) w[u][j] = in ? load4<T>(rows[j], col) : zero;
+    }
+  }
+  __device__ __forceinline__ void mma(float (&acc)[kTiles][4]) const {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float w0[kTiles], w1[kTiles], w2[kTiles], w3[kTiles];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        w0[j] = w[u][j].x;
+        w1[j] = w[u][j].y;
+        w2[j] = w[u][j].z;
+        w3[j] = w[u][j].w;
+      }
+      step<T, kTiles>(acc, a[u].x, a[u].y, b[u].x, b[u].y, w0, w1);
+      step<T, kTiles>(acc, a[u].z, a[u].w, b[u].z, b[u].w, w2, w3);
+    }
+  }
+};
+
+// kTiles n8 tiles of rows per block, kUnroll chunks per warp loaded together; kPipe: the next
+// kUnroll chunks are loaded before the current ones are multiplied (two sets of registers). Every
+// variant adds a warp's chunks in the same order (c0 = warp, warp + kWarps, ...) and the warps in
+// warp order: the same sums, bit for bit.
+template <RawType T, int kTiles, int kUnroll, bool kPipe>
 __global__ void __launch_bounds__(kWarps * 32)
     gdn_ab_mma_kernel(const float* __restrict__ x, const uint8_t* __restrict__ wa,
                       const uint8_t* __restrict__ wb, size_t row_bytes, int k, int n_v, int t,
                       float* __restrict__ alpha, float* __restrict__ beta_in) {
+  constexpr int kRows = 8 * kTiles;
   __shared__ float part[kWarps][kTok][kRows];
   pdl_trigger();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -133,30 +172,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* xb = x + static_cast<int64_t>(min(i0 + g + 8, t - 1)) * k;
   float acc[kTiles][4] = {};
   const int chunks = (k + 15) / 16;
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    float4 va[kUnroll], vb[kUnroll], vw[kUnroll][kTiles];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int col = (c0 + u * kWarps) * 16 + 4 * q;
-      const bool in = col < k;  // k % 4 == 0: a float4 is whole or past the end (zeros)
-      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      va[u] = in ? *reinterpret_cast<const float4*>(xa + col) : zero;
-      vb[u] = in ? *reinterpret_cast<const float4*>(xb + col) : zero;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) vw[u][j] = in ? load4<T>(w[j], col) : zero;
+  constexpr int kStride = kWarps * kUnroll;
+  if constexpr (kPipe) {
+    AbLoads<T, kTiles, kUnroll> cur, next;
+    cur.load(xa, xb, w, warp, q, k);
+    for (int c0 = warp; c0 < chunks; c0 += kStride) {
+      next.load(xa, xb, w, c0 + kStride, q, k);  // past the end: predicated off (zeros)
+      cur.mma(acc);
+      cur = next;
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float w0[kTiles], w1[kTiles], w2[kTiles], w3[kTiles];
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        w0[j] = vw[u][j].x;
-        w1[j] = vw[u][j].y;
-        w2[j] = vw[u][j].z;
-        w3[j] = vw[u][j].w;
-      }
-      step<T>(acc, va[u].x, va[u].y, vb[u].x, vb[u].y, w0, w1);
-      step<T>(acc, va[u].z, va[u].w, vb[u].z, vb[u].w, w2, w3);
+  } else {
+    for (int c0 = warp; c0 < chunks; c0 += kStride) {
+      AbLoads<T, kTiles, kUnroll> cur;
+      cur.load(xa, xb, w, c0, q, k);
+      cur.mma(acc);
     }
   }
   // c0 (g, 2q), c1 (g, 2q+1), c2 (g+8, 2q), c3 (g+8, 2q+1) of each n8 tile
@@ -207,19 +236,63 @@ bool gdn_ab_mma_fits(const float* x, const uint8_t* wa, const uint8_t* wb, size_
          row_bytes % wal == 0;
 }
 
-void gdn_ab_mma(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
-                int n_v, int t, float* alpha, float* beta_in, cudaStream_t s) {
+namespace {
+
+template <RawType T, int kTiles, int kUnroll, bool kPipe>
+void launch_ab(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, int k, int n_v, int t,
+               float* alpha, float* beta_in, cudaStream_t s) {
+  constexpr int kRows = 8 * kTiles;
   const dim3 grid(static_cast<unsigned>((2 * n_v + kRows - 1) / kRows),
                   static_cast<unsigned>((t + kTok - 1) / kTok));
+  launch(gdn_ab_mma_kernel<T, kTiles, kUnroll, kPipe>, grid, kWarps * 32, 0, s, x, wa, wb, row_bytes, k, n_v,
+         t, alpha, beta_in);
+}
+
+// Variant v of kGdnAbMmaVariants: (n8 tiles per block, chunks loaded together, pipelined).
+template <RawType T>
+void launch_variant(int v, const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, int k,
+                    int n_v, int t, float* alpha, float* beta_in, cudaStream_t s) {
+  switch (v) {
+    case 0:
+      return launch_ab<T, 3, 4, false>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+    case 1:
+      return launch_ab<T, 3, 8, false>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+    case 2:
+      return launch_ab<T, 3, 4, true>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+    case 3:
+      return launch_ab<T, 2, 4, true>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+    case 4:
+      return launch_ab<T, 1, 4, true>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+    default:
+      return launch_ab<T, 1, 8, false>(x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
+  }
+}
+
+}  // namespace
+
+int gdn_ab_mma_variant() {
+  static const int variant = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GDN_AB_VARIANT");
+    if (!e || !*e) return kGdnAbMmaDefaultVariant;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end || v < 0 || v >= kGdnAbMmaVariants)
+      fail("BONSAI_CUDA_GDN_AB_VARIANT: '{}' is not a variant 0..{} of the alpha/beta rows kernel", e,
+           kGdnAbMmaVariants - 1);
+    return static_cast<int>(v);
+  }();
+  return variant;
+}
+
+void gdn_ab_mma(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
+                int n_v, int t, float* alpha, float* beta_in, cudaStream_t s, int variant) {
+  const int v = variant < 0 ? gdn_ab_mma_variant() : std::min(variant, kGdnAbMmaVariants - 1);
   if (type == RawType::F32)
-    launch(gdn_ab_mma_kernel<RawType::F32>, grid, kWarps * 32, 0, s, x, wa, wb, row_bytes, k, n_v, t, alpha,
-           beta_in);
+    launch_variant<RawType::F32>(v, x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
   else if (type == RawType::F16)
-    launch(gdn_ab_mma_kernel<RawType::F16>, grid, kWarps * 32, 0, s, x, wa, wb, row_bytes, k, n_v, t, alpha,
-           beta_in);
+    launch_variant<RawType::F16>(v, x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
   else
-    launch(gdn_ab_mma_kernel<RawType::BF16>, grid, kWarps * 32, 0, s, x, wa, wb, row_bytes, k, n_v, t, alpha,
-           beta_in);
+    launch_variant<RawType::BF16>(v, x, wa, wb, row_bytes, k, n_v, t, alpha, beta_in, s);
 }
 
 void gdn_ab_rows(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,

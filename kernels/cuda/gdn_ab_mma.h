@@ -30,8 +30,13 @@ bool gdn_ab_mma_fits(const float* x, const uint8_t* wa, const uint8_t* wb, size_
 // mma.sync m16n8k8 on TF32 in the split form (3xTF32 for F32 weights, 2xTF32 for F16 / BF16,
 // which TF32 holds exactly): about fp32's accuracy (the error analysis in gdn_ab_mma.cu).
 // Requires gdn_ab_mma_fits.
+// variant: one of kGdnAbMmaVariants layouts (n8 tiles of rows per block, chunks of loads in flight,
+// pipelined or not; gdn_ab_mma.cu), all bit-identical; < 0: gdn_ab_mma_variant().
 void gdn_ab_mma(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
-                int n_v, int t, float* alpha, float* beta_in, cudaStream_t s);
+                int n_v, int t, float* alpha, float* beta_in, cudaStream_t s, int variant = -1);
+// BONSAI_CUDA_GDN_AB_VARIANT (default kGdnAbMmaDefaultVariant); read once per process.
+inline constexpr int kGdnAbMmaVariants = 6, kGdnAbMmaDefaultVariant = 2;
+int gdn_ab_mma_variant();
 // The prefill alpha/beta rows by `kernel`: gdn_ab_mma where it fits and t >= kGdnAbMmaMinTokens,
 // else gdn_ab_batch.
 void gdn_ab_rows(const float* x, const uint8_t* wa, const uint8_t* wb, size_t row_bytes, RawType type, int k,
