@@ -1,9 +1,12 @@
 // The prefill walk in the chunked (WY) form (kernels/cuda/gdn_chunked.cu, gdn_walk kernels 3 and
-// 4) against the token kernel (kernel 0): outputs and new state equal up to summation order, the
-// conv state bit for bit. The cases cover one partial chunk (t = 12), chunk boundaries (t = 64),
-// several chunks with a partial last one (t = 33, 75, 300), d_k = 32, 64, 128, 256, columns past
-// d_v (d_v = 96 with 64 columns per block), gates from alpha/beta_in and from g/beta with weak
-// (g near 0), strong (g down to -30) and mixed decays, β over (0, 1), and repeated keys.
+// 4) and in the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu, kernel 5) against the
+// token kernel (kernel 0): outputs and new state equal up to summation order (and, kernel 5, the
+// split TF32 products' rounding), the conv state bit for bit. The cases cover one partial chunk
+// (t = 12), chunk boundaries (t = 64), several chunks with a partial last one (t = 33, 75, 300,
+// 600), d_k = 32, 64, 128, 256 (256: kernels 3 and 4 only), columns past d_v (d_v = 96 with 64
+// columns per block), gates from alpha/beta_in and from g/beta with weak (g near 0), strong (g down
+// to -30) and mixed decays, β over (0, 1), repeated keys, and an adversarial case for the
+// triangular solve: β near 1, g near 0 and every odd key equal to the one before.
 // Needs a device; skips with the reason when there is none.
 #include <gtest/gtest.h>
 
@@ -30,7 +33,7 @@ namespace {
 using testing_util::DevVec;
 using testing_util::randn;
 
-enum class Gates { raw, weak, strong, mixed };
+enum class Gates { raw, weak, strong, mixed, sticky };
 
 struct Case {
   int n_k, n_v, d_k, d_v, t;
@@ -58,10 +61,12 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  const Case cases[] = {{4, 12, 128, 128, 300, Gates::raw, false}, {4, 12, 128, 128, 12, Gates::mixed, false},
-                        {4, 12, 128, 128, 64, Gates::weak, true},  {2, 4, 64, 96, 75, Gates::strong, false},
-                        {1, 2, 256, 64, 33, Gates::weak, false},   {2, 2, 32, 32, 37, Gates::mixed, true},
-                        {4, 12, 128, 128, 97, Gates::strong, true}};
+  const Case cases[] = {
+      {4, 12, 128, 128, 300, Gates::raw, false},  {4, 12, 128, 128, 12, Gates::mixed, false},
+      {4, 12, 128, 128, 64, Gates::weak, true},   {2, 4, 64, 96, 75, Gates::strong, false},
+      {1, 2, 256, 64, 33, Gates::weak, false},    {2, 2, 32, 32, 37, Gates::mixed, true},
+      {4, 12, 128, 128, 97, Gates::strong, true}, {4, 12, 128, 128, 600, Gates::mixed, false},
+      {2, 4, 128, 128, 200, Gates::sticky, true}};
   int seed = 400;
   for (const Case& cs : cases) {
     const int taps = 4, t = cs.t;
@@ -91,7 +96,9 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
         const bool strong = cs.gates == Gates::strong || (cs.gates == Gates::mixed && uni(rng) < 0.3f);
         v = strong ? -(5.0f + 25.0f * uni(rng)) : -1e-4f * std::fabs(v);
       }
-      for (auto& v : gb) v = 1.0f / (1.0f + std::exp(-(cs.gates == Gates::weak ? 2.0f + v : v)));
+      for (auto& v : gb)
+        v = cs.gates == Gates::sticky ? 1.0f - 0.02f * uni(rng)
+                                      : 1.0f / (1.0f + std::exp(-(cs.gates == Gates::weak ? 2.0f + v : v)));
     }
     const auto qkv = randn(t * C, ++seed), conv_state0 = randn((taps - 1) * C, ++seed),
                state0 = randn(static_cast<size_t>(cs.n_v) * cs.d_k * cs.d_v, ++seed, 0.1f);
@@ -119,7 +126,8 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
       f.n_v = cs.n_v;
       f.d_k = cs.d_k;
       f.d_v = cs.d_v;
-      EXPECT_TRUE(kernel < 3 || cuda::gdn_walk_wy_supported(f, kernel - 2));
+      EXPECT_TRUE(kernel < 3 || (kernel == 5 ? cuda::gdn_walk_tc_supported(f)
+                                             : cuda::gdn_walk_wy_supported(f, kernel - 2)));
       cuda::gdn_walk(f, stream, kernel);
       EXPECT_EQ(cudaGetLastError(), cudaSuccess);
       EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -138,14 +146,21 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
     // bound (Higham & Mary) is λ·sqrt(n)·u relative to the magnitudes; λ = 8. A wrong index,
     // decay or token would show up as an error of the order of the values themselves.
     const double tol = 8.0 * std::sqrt(double(t) * (cs.d_k + 32)) * std::ldexp(1.0, -24);
-    for (int kernel : {3, 4}) {
+    // Kernel 5 forms each product term in the split TF32 form: x·y within 3·2^-22·|x y| (dropped
+    // lo·lo and the two split residues) instead of fp32's 2^-24, the sums in fp32 (accumulations in
+    // the tensor core need not round to nearest: <= 2^-23 per add, within the constant). The
+    // same probabilistic bound with u = 3·2^-22 per term is 12x the fp32 one.
+    const double tol_tc = 12.0 * tol;
+    for (int kernel : {3, 4, 5}) {
+      if (kernel == 5 && cs.d_k > 128) continue;  // kernel 5 runs kernel 1 there (gdn_walk_tc_supported)
+      const double tk = kernel == 5 ? tol_tc : tol;
       const Result r = run(kernel);
       const std::string wk = what + " kernel " + std::to_string(kernel);
       const double d_out = max_diff(r.out, ref.out), d_state = max_diff(r.state, ref.state);
       std::printf("  %s: out %.3g (max %.3g), state %.3g (max %.3g), tol %.3g\n", wk.c_str(), d_out,
-                  max_abs(ref.out), d_state, max_abs(ref.state), tol);
-      EXPECT_LE(d_out, tol * std::max(1.0, max_abs(ref.out))) << wk;
-      EXPECT_LE(d_state, tol * std::max(1.0, max_abs(ref.state))) << wk;
+                  max_abs(ref.out), d_state, max_abs(ref.state), tk);
+      EXPECT_LE(d_out, tk * std::max(1.0, max_abs(ref.out))) << wk;
+      EXPECT_LE(d_state, tk * std::max(1.0, max_abs(ref.state))) << wk;
       EXPECT_EQ(
           std::memcmp(r.conv_state.data(), ref.conv_state.data(), ref.conv_state.size() * sizeof(float)), 0)
           << wk;

@@ -7,7 +7,8 @@
 // Two kernels with the same arithmetic per state column (bit-identical results):
 //  - gdn_walk_token_kernel, one token at a time: every thread loads and gates each token
 //    itself and forms k·q over its rows (the same value in every column).
-//  - gdn_walk_chunk_kernel (default; BONSAI_CUDA_WALK=3/4: the WY form, gdn_chunked.cu):
+//  - gdn_walk_chunk_kernel (default; BONSAI_CUDA_WALK=3/4: the WY form, gdn_chunked.cu; 5: the
+//    chunked form on the tensor cores, gdn_tc.cu):
 //    the inputs of 32 tokens at a time copied into shared
 //    memory by cp.async one chunk ahead; per chunk the block forms each token's gates and k·q
 //    partials once; q and k read as 16-byte broadcasts. Per token and thread: 32 FMULs (the
@@ -376,8 +377,9 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
 }
 
 // BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
-// two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu);
-// unset or empty: the default (kWalkDefault). Anything else is an error. Read once per process.
+// two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu), 5
+// the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu); unset or empty: the default
+// (kWalkDefault). Anything else is an error. Read once per process.
 constexpr int kWalkDefault = 1;
 // The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
 constexpr int kWyMinTokens = 32;
@@ -386,10 +388,10 @@ int walk_kernel_env() {
   static const int k = [] {
     const char* e = std::getenv("BONSAI_CUDA_WALK");
     if (!e || !*e) return -1;
-    if (e[0] >= '0' && e[0] <= '4' && e[1] == 0) return e[0] - '0';
+    if (e[0] >= '0' && e[0] <= '5' && e[1] == 0) return e[0] - '0';
     fail(
-        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3 or 4 (token walk, chunked walk with 1 or 2 columns "
-        "per thread, WY form on 32 or 64 columns per block)",
+        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3, 4 or 5 (token walk, chunked walk with 1 or 2 columns "
+        "per thread, WY form on 32 or 64 columns per block, chunked form on the tensor cores)",
         e);
   }();
   return k;
@@ -401,6 +403,10 @@ void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel) {
   if (kernel < 0) {
     kernel = walk_kernel_env();
     if (kernel < 0) kernel = p.t >= kWyMinTokens ? kWalkDefault : 1;
+  }
+  if (kernel == 5) {
+    if (gdn_walk_tc_supported(p)) return gdn_walk_tc(p, s);
+    kernel = 1;
   }
   if (kernel >= 3) {
     if (gdn_walk_wy_supported(p, kernel - 2)) return gdn_walk_wy(p, s, kernel - 2);

@@ -277,11 +277,17 @@ void gdn_walk(const GdnFused& p, cudaStream_t s);
 // thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
 // (kernels/cuda/gdn_walk.cu). 3 / 4: the chunked (WY) form on blocks of 32 / 64 state columns
 // (kernels/cuda/gdn_chunked.cu; equal up to summation order; 1 where gdn_walk_wy_supported is
-// false). The two-argument form: BONSAI_CUDA_WALK, default kWalkDefault (gdn_walk.cu).
+// false). 5: gdn_walk_tc (1 where unsupported). The two-argument form: BONSAI_CUDA_WALK, default
+// kWalkDefault (gdn_walk.cu).
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
 // The WY form on blocks of 32·cs columns (cs 1 or 2): d_k in {32, 64, 128, 256}, 16-byte aligned conv.
 bool gdn_walk_wy_supported(const GdnFused& p, int cs);
 void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cs);
+// gdn_walk kernel 5: the chunked form with 3xTF32 mma.sync products (kernels/cuda/gdn_tc.cu; equal
+// up to summation order and the split products' rounding): d_k in {32, 64, 128}, d_v % 32 == 0,
+// 16-byte aligned conv.
+bool gdn_walk_tc_supported(const GdnFused& p);
+void gdn_walk_tc(const GdnFused& p, cudaStream_t s);
 
 // ---- the head's candidates ---------------------------------------------------------------
 // Backend::top_k on the device: the k best of x [n] (1 <= k <= min(n, kMaxTopK)) into out,
