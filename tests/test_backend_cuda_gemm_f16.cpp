@@ -133,6 +133,35 @@ TEST(CudaGemmF16Select, ModelPicksTokensAndRanges) {
   EXPECT_EQ(b.kb_per_split, 46);
   const auto c = cuda::gemm_f16_model(40, 20, 136, int64_t{20} * 5120, 132);
   EXPECT_EQ(c.tokens, 64);
+  EXPECT_EQ(a.whole, 0);
+  EXPECT_EQ(b.whole, 0);
+}
+
+// The tail form (in-kernel fix-up, kFix = 2 units per split round), worked out by hand at t = 512:
+// the FFN gate + up (1088 tiles = 8 rounds + 32) keeps 1056 tiles whole and splits the last 32 in
+// 2 ranges (8 x 40 + 20 + 2 = 342 against 360 whole; 3 ranges 336, 4 ranges 332 are not 3 %
+// better); the FFN down projection (160 tiles = 1 round + 28, 136 k-blocks) keeps 132 whole and
+// splits 28 in 4 ranges of 34 (136 + 34 + 2 = 172 against the uniform 4 ranges' 5 x 34 + 10 = 180,
+// 3 ranges' 4 x 46 + 8 = 192); the GDN projections (512 tiles = 3 rounds + 116) stay whole (116
+// tiles in 2 ranges still take a round of 20 plus the fix-up: 162 against 160).
+TEST(CudaGemmF16Select, TailModelSplitsOnlyTheLastRound) {
+  const auto a = cuda::gemm_f16_model(272, 512, 40, int64_t{512} * 34816, 132, true);
+  EXPECT_EQ(a.tokens, 128);
+  EXPECT_EQ(a.kb_per_split, 20);
+  EXPECT_EQ(a.whole, 1056);
+  const auto b = cuda::gemm_f16_model(40, 512, 136, int64_t{512} * 5120, 132, true);
+  EXPECT_EQ(b.tokens, 128);
+  EXPECT_EQ(b.kb_per_split, 34);
+  EXPECT_EQ(b.whole, 132);
+  const auto c = cuda::gemm_f16_model(128, 512, 40, int64_t{512} * 16384, 132, true);
+  EXPECT_EQ(c.tokens, 128);
+  EXPECT_EQ(c.kb_per_split, 40);
+  EXPECT_EQ(c.whole, 0);
+  // With a 1 % gain asked of tail candidates (BONSAI_CUDA_GEMM_F16_TAIL_GAIN=1) the FFN gate + up
+  // splits its last 32 tiles in 4 ranges of 10 (332 < 0.99 x 342).
+  const auto d = cuda::gemm_f16_model(272, 512, 40, int64_t{512} * 34816, 132, true, 1);
+  EXPECT_EQ(d.kb_per_split, 10);
+  EXPECT_EQ(d.whole, 1056);
 }
 #endif
 
@@ -340,6 +369,127 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
   // their squared relative errors must sum to well under the one-term ones (a lo term that were
   // lost, misplaced or permuted wrongly would leave them at the one-term level or above).
   EXPECT_LT(sq[1], sq[0] / 16) << sq[0] << " " << sq[1];
+}
+
+// The 3-step weight decode (BONSAI_CUDA_GEMM_F16_DECODE=3; some scales take its 4-step fallback)
+// and the split-K sums in the kernel (BONSAI_CUDA_GEMM_F16_SUMS=fixup|tail) against the reduce
+// kernel, bit for bit: with the same k ranges the fix-up adds the same slots in the same order
+// (z = 0, 1, ... from 0.0f) whichever range arrives last; the tail form (sm_count 4, 5, 7: the
+// tiles of the full rounds whole, the rest in 3 ranges) gives each whole tile's outputs of one
+// range and each split tile's of 3 ranges. The counters end zero (ready for the next launch).
+// Same weights and inputs as MatchesDoubleReference's, whose bound covers the reference runs.
+TEST_F(CudaGemmF16, Decode3FixupAndTailMatchBitwise) {
+  struct Case {
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+  };
+  const Case cases[] = {{{200}, 2048, {12, 130}}, {{300, 33, 1000}, 5120, {29, 130, 300}}};
+  int checked = 0;
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / 128;
+    const size_t stride = row_bytes(DType::PQ2_0, static_cast<uint64_t>(k));
+    cuda::TiledJobs jobs;
+    std::mt19937 rng(static_cast<uint32_t>(k) + 1);
+    std::vector<int> rb0;  // first row block of each job
+    int rbs = 0;
+    for (const int64_t n : cs.ns) {
+      std::vector<uint8_t> raw(stride * n);
+      for (auto& b : raw) b = static_cast<uint8_t>(rng());
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < kb; ++b) {
+          float d = std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -8 + static_cast<int>(rng() % 4));
+          // scales whose d·2^-6 is not an fp16 (the 3-step decode's fallback): a subnormal, a small normal
+          if ((r + b) % 7 == 3) d = std::ldexp(1.0f, -20);
+          if ((r + 2 * b) % 11 == 4) d = std::ldexp(1.0f + (rng() % 1000) / 1000.0f, -12);
+          const uint16_t h = f32_to_fp16((r + b) % 5 == 0 ? -d : d);
+          std::memcpy(raw.data() + r * stride + b * 34, &h, 2);
+        }
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      auto* tiled = static_cast<uint8_t*>(dalloc(static_cast<size_t>(cuda::tiled_bytes(n, k, 1))));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      cuda::repack_tiled(draw, stride, n, k, 1, tiled, nullptr);
+      jobs.job[jobs.count].w = tiled;
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+      rb0.push_back(rbs);
+      rbs += static_cast<int>((n + 127) / 128);
+    }
+    for (const int t : cs.ts) {
+      const auto x = randn(static_cast<size_t>(t) * k, 21 + t, 1.0f);
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* ts = static_cast<float*>(dalloc(static_cast<size_t>(t) * 4));
+      auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      cuda::act_to_f16(dx, xh, ts, t, k, nullptr, 1);
+      constexpr int kRanges = 3;
+      const size_t scratch = std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms_),
+                                              cuda::gemm_f16_scratch(jobs, t, kRanges));
+      auto* partial = static_cast<float*>(dalloc(scratch * 4));
+      const int ncount = cuda::gemm_f16_counters(jobs, t);
+      auto* counters = static_cast<int*>(dalloc(static_cast<size_t>(ncount) * 4));
+      cudaMemset(counters, 0, static_cast<size_t>(ncount) * 4);
+      // One launch's outputs, every job concatenated ([job][t][n]).
+      auto run = [&](int tokens, int ranges, int sums, int sms, int decode = 4) {
+        cuda::TiledJobs r = jobs;
+        for (int j = 0; j < jobs.count; ++j) {
+          r.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+          cudaMemset(r.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+        }
+        cuda::gemm_f16(r, xh, ts, t, k, sms, partial, nullptr, ranges, tokens, 1, 0, 4, 1,
+                       sums > 0 ? counters : nullptr, sums, decode);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> y;
+        for (int j = 0; j < jobs.count; ++j) {
+          std::vector<float> yj(static_cast<size_t>(t) * jobs.job[j].n);
+          cudaMemcpy(yj.data(), r.job[j].y, yj.size() * 4, cudaMemcpyDeviceToHost);
+          y.insert(y.end(), yj.begin(), yj.end());
+        }
+        return y;
+      };
+      auto same = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; };
+      for (const int tokens : {64, 128}) {
+        const auto whole = run(tokens, 1, 0, sms_), reduce = run(tokens, kRanges, 0, sms_);
+        const auto fixup = run(tokens, kRanges, 1, sms_);
+        ASSERT_EQ(fixup.size(), reduce.size());
+        for (size_t i = 0; i < reduce.size(); ++i)
+          ASSERT_TRUE(same(fixup[i], reduce[i])) << "k " << k << " t " << t << " tokens " << tokens << " i "
+                                                 << i << ": " << fixup[i] << " vs " << reduce[i];
+        for (const int ranges : {1, kRanges}) {  // the 3-step decode: the same A values exactly
+          const auto dec3 = run(tokens, ranges, 0, sms_, 3);
+          const auto& dec4 = ranges == 1 ? whole : reduce;
+          for (size_t i = 0; i < dec4.size(); ++i)
+            ASSERT_TRUE(same(dec3[i], dec4[i])) << "decode 3, k " << k << " t " << t << " tokens " << tokens
+                                                << " ranges " << ranges << " i " << i;
+        }
+        const int nx = (t + tokens - 1) / tokens, tiles = nx * rbs;
+        for (const int sms : {4, 5, 7}) {
+          const auto tail = run(tokens, kRanges, 2, sms);
+          const int w = tiles / sms * sms;
+          size_t i = 0;
+          for (int j = 0; j < jobs.count; ++j)
+            for (int tok = 0; tok < t; ++tok)
+              for (int64_t r = 0; r < jobs.job[j].n; ++r, ++i) {
+                const int tile = tok / tokens + nx * (rb0[j] + static_cast<int>(r / 128));
+                const float want = tile < w ? whole[i] : reduce[i];
+                ASSERT_TRUE(same(tail[i], want))
+                    << "k " << k << " t " << t << " tokens " << tokens << " sms " << sms << " job " << j
+                    << " token " << tok << " row " << r << " tile " << tile << " of " << tiles << " whole "
+                    << w << ": " << tail[i] << " vs " << want;
+                ++checked;
+              }
+        }
+        // whole and split outputs differ somewhere (else the check above could not tell them apart)
+        bool differ = false;
+        for (size_t i = 0; i < reduce.size() && !differ; ++i) differ = !same(whole[i], reduce[i]);
+        EXPECT_TRUE(differ) << "k " << k << " t " << t;
+      }
+      std::vector<int> left(static_cast<size_t>(ncount));
+      cudaMemcpy(left.data(), counters, left.size() * 4, cudaMemcpyDeviceToHost);
+      for (int c = 0; c < ncount; ++c) ASSERT_EQ(left[c], 0) << "counter " << c << " k " << k << " t " << t;
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // Through the backend on a grid large enough for the fp16 kernel (8448 rows x 130 tokens: 198

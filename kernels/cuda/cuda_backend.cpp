@@ -408,8 +408,11 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       const int sms = m.prop.multiProcessorCount;
       m.halved(x, t, k);
       m.grow(m.mv_partial, cuda::gemm_tiled_scratch(tiled, t, k, sms) * sizeof(float), "gemm partial sums");
+      // (the split-K fix-up's counters: the matvec's, kept zero by both)
+      int* counters =
+          m.counters(m.mv_counters, static_cast<size_t>(cuda::gemm_f16_counters(tiled, t)), "gemm counters");
       cuda::gemm_f16(tiled, m.xh.as<uint8_t>(), m.hscale.as<float>(), t, k, sms, m.mv_partial.as<float>(),
-                     m.stream);
+                     m.stream, 0, 0, 0, -1, 0, -1, counters);
       check_launch("gemm (f16)");
       tiled.count = 0;
       return;

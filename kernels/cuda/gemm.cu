@@ -66,6 +66,11 @@ struct GemmPlan {
   int64_t out_start[kMaxJobs + 1] = {};  // split-K: offset of job j's [t][n_j] in a partial slice
   int kb_per_split = 0;                  // k-blocks per blockIdx.z
   float* partial = nullptr;              // [splits][out_start[count]] when gridDim.z > 1
+  // fp16 GEMM only (gemm_f16.cuh): items [0, whole) are whole tiles, the rest split in k;
+  // counters: the in-kernel fix-up's arrival counts, kBlockTiles per split tile (kept zero);
+  // null: the split sums are added by gemm_reduce_kernel (whole must be 0 then).
+  int whole = 0;
+  int* counters = nullptr;
 };
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
@@ -589,10 +594,13 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
     if (t > span && t % span != 0)
       s = std::max(s, scratch_for(jobs, t % span, kblocks, sm_count, slots, tokens));
   }
-  // The fp16 GEMM's model (gemm_f16_model; one launch over all t tokens).
-  const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count);
-  const int splits = (kblocks + m.kb_per_split - 1) / m.kb_per_split;
-  if (splits > 1) s = std::max(s, static_cast<size_t>(splits) * static_cast<size_t>(f16_outs(jobs, t)));
+  // The fp16 GEMM's model (gemm_f16_model; one launch over all t tokens), both forms.
+  for (const bool tail : {false, true}) {
+    const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count,
+                                          tail, gemm_f16_tail_gain());
+    const int splits = (kblocks + m.kb_per_split - 1) / m.kb_per_split;
+    if (splits > 1) s = std::max(s, gemm_f16_scratch(jobs, t, splits));
+  }
   return s;
 }
 
@@ -703,7 +711,7 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 
 namespace {
 
-template <int NT, int TERMS, int PIPE, int ST, int PERSIST>
+template <int NT, int TERMS, int PIPE, int ST, int PERSIST, int DEC = 4>
 void run_gemm_f16_as(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
                      int kblocks, int sm_count, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
@@ -716,73 +724,103 @@ void run_gemm_f16_as(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, co
   constexpr int smem = S::kBytes + S::kBars + 1024;  // + the mbarriers, alignment
   static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
   const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs];
+  if (!PERSIST || plan.counters == nullptr) plan.whole = 0;  // (the tail plan: persistent, fix-up)
+  const int items = plan.whole + (nx * ny - plan.whole) * splits;
   // PERSIST: one block per SM walks the work items (at most one block per item).
   const dim3 grid =
-      PERSIST ? dim3(static_cast<unsigned>(std::min(nx * ny * splits, sm_count)))
+      PERSIST ? dim3(static_cast<unsigned>(std::min(items, sm_count)))
               : dim3(static_cast<unsigned>(nx), static_cast<unsigned>(ny), static_cast<unsigned>(splits));
-  constexpr auto kernel = gemm_f16_kernel<NT, TERMS, PIPE, ST, PERSIST>;
+  constexpr auto kernel = gemm_f16_kernel<NT, TERMS, PIPE, ST, PERSIST, DEC>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   launch(kernel, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
-  if (splits > 1)
+  if (splits > 1 && plan.counters == nullptr)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
 // The persistent kernel for one term and PIPE 0 (gemm_f16_pipe's default) only.
 template <int NT, int TERMS, int PIPE, int ST = kF16Stages<NT, TERMS>>
 void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
-                  int kblocks, int sm_count, bool persist, float* partial, cudaStream_t s) {
-  if constexpr (TERMS == 1 && PIPE == 0)
+                  int kblocks, int sm_count, bool persist, float* partial, cudaStream_t s, int decode) {
+  if constexpr (TERMS == 1 && PIPE == 0) {
+    if constexpr (ST == 4 && NT != 256)  // (the 3-step decode: this kernel only)
+      if (persist && decode == 3)
+        return run_gemm_f16_as<NT, 1, 0, ST, 1, 3>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
     if (persist)
       return run_gemm_f16_as<NT, 1, 0, ST, 1>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
+  }
   run_gemm_f16_as<NT, TERMS, PIPE, ST, 0>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
 }
 
 }  // namespace
 
+int gemm_f16_counters(const TiledJobs& jobs, int t) { return gemm_grid(jobs, t, 64) * kBlockTiles; }
+
+size_t gemm_f16_scratch(const TiledJobs& jobs, int t, int ranges) {
+  // the reduce's [ranges][t x Σ n_j], the fix-up's [ranges][tiles][128 rows x NT tokens]
+  size_t s = static_cast<size_t>(ranges) * static_cast<size_t>(f16_outs(jobs, t));
+  for (const int tk : {64, 128, 256})
+    s = std::max(s,
+                 static_cast<size_t>(ranges) * static_cast<size_t>(gemm_grid(jobs, t, tk)) * kGemmRows * tk);
+  return s;
+}
+
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
               float* partial, cudaStream_t s, int ranges, int tokens, int terms, int pipe, int stages,
-              int persist) {
+              int persist, int* counters, int sums, int decode) {
   if (t <= 0) return;
+  if (decode == 0) decode = gemm_f16_decode();
   if (terms == 0) terms = gemm_f16_terms();
+  if (sums < 0) sums = gemm_f16_sums();
+  if (counters == nullptr) sums = 0;  // (no counters: the reduce kernel)
+  if (persist < 0) persist = gemm_f16_persist();
+  const bool ps = persist == 1;
   const int kblocks = static_cast<int>(k / kBlockK);
-  // gemm_f16_tokens() 0 (the default): tokens and k ranges by gemm_f16_model. 128 or 256:
-  // through gemm_f16_block_tokens (256 tokens per block where that grid covers the SMs, one term
-  // only, else 128 where that grid does, else 64) and plan_gemm with one slot per SM.
-  int kbps = 0;
+  // gemm_f16_tokens() 0 (the default): tokens and k ranges by gemm_f16_model (sums 2: its tail
+  // form, whole tiles first). 128 or 256: through gemm_f16_block_tokens (256 tokens per block
+  // where that grid covers the SMs, one term only, else 128 where that grid does, else 64) and
+  // plan_gemm with one slot per SM. ranges > 0 (tests): that many ranges (with sums 2, for the
+  // tiles past the last full round of the SMs only).
+  int kbps = 0, whole = 0;
   if (tokens == 0 && gemm_f16_tokens() == 0) {
-    const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count);
+    const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count,
+                                          sums == 2 && ps, gemm_f16_tail_gain());
     tokens = m.tokens;
     kbps = m.kb_per_split;
+    whole = m.whole;
   }
   if (tokens == 0)
     tokens = gemm_f16_block_tokens(terms == 1 ? gemm_f16_tokens() : 128, gemm_grid(jobs, t, 256),
                                    gemm_grid(jobs, t, 128), sm_count);
   GemmPlan p = plan_gemm(jobs, t, kblocks, sm_count, 1, tokens);
   if (kbps > 0) p.kb_per_split = kbps;
-  if (ranges > 0) p.kb_per_split = (kblocks + ranges - 1) / ranges;
+  if (ranges > 0) {
+    p.kb_per_split = (kblocks + ranges - 1) / ranges;
+    const int grid = gemm_grid(jobs, t, tokens);
+    whole = sums == 2 ? grid / sm_count * sm_count : 0;
+  }
+  if (sums > 0) p.counters = counters;
+  p.whole = sums == 2 ? whole : 0;
   if (pipe < 0) pipe = gemm_f16_pipe();
   if (stages == 0) stages = gemm_f16_stages();
   const bool st6 = stages == 6 && terms == 1 && pipe == 0;  // (the deeper ring: one term, PIPE 0)
-  if (persist < 0) persist = gemm_f16_persist();
-  const bool ps = persist == 1;
   if (tokens == 256 && terms == 1)
-    run_gemm_f16<256, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<256, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (tokens >= 128 && terms == 2)
-    run_gemm_f16<128, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<128, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (tokens >= 128 && st6)
-    run_gemm_f16<128, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<128, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (tokens >= 128 && pipe == 1)
-    run_gemm_f16<128, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<128, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (tokens >= 128)
-    run_gemm_f16<128, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<128, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (terms == 2)
-    run_gemm_f16<64, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<64, 2, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (st6)
-    run_gemm_f16<64, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<64, 1, 0, 6>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else if (pipe == 1)
-    run_gemm_f16<64, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<64, 1, 1>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
   else
-    run_gemm_f16<64, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s);
+    run_gemm_f16<64, 1, 0>(p, jobs, xh, tscale, t, kblocks, sm_count, ps, partial, s, decode);
 }
 
 }  // namespace bonsai::cuda

@@ -121,10 +121,28 @@ int gemm_f16_tokens();
 // The tokens per block and k-blocks per range of an fp16 GEMM launch by a model of its rounds
 // (one block per SM; 64 or 128 tokens, 1 to 16 ranges; BONSAI_CUDA_GEMM_F16_TOKENS unset or
 // `model`): rowblocks = 128-row blocks of the launch's weights, outs = t x Σ n_j.
+// tail: the in-kernel fix-up's costs and the tail form (whole: items of whole tiles first, one
+// per tile of the full rounds; the tiles of the last partial round split into ranges).
 struct GemmF16Shape {
-  int tokens, kb_per_split;
+  int tokens, kb_per_split, whole = 0;
 };
-GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count);
+GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count, bool tail = false,
+                            int tail_gain = 3);
+// The gain in percent a tail candidate of gemm_f16_model needs over the best so far: 3 (the
+// default) or 0..10, BONSAI_CUDA_GEMM_F16_TAIL_GAIN (any other value is an error). Read once per process.
+int gemm_f16_tail_gain();
+// The fp16 GEMM's split-K sums: 0 `reduce` (session 6's: gemm_reduce_kernel adds the ranges'
+// slots), 1 `fixup` (the same plan; the last-arriving range of each tile adds them in the kernel,
+// in the same order: bit-identical), 2 `tail` (the default: the fix-up and gemm_f16_model's tail
+// form),
+// BONSAI_CUDA_GEMM_F16_SUMS (any other value is an error). Read once per process. Forms 1 and 2
+// need counters (gemm_f16's), 2 the persistent grid; without them a launch runs 0.
+int gemm_f16_sums();
+// Zeroed ints gemm_f16's fix-up needs for these jobs at t tokens (any plan).
+int gemm_f16_counters(const TiledJobs& jobs, int t);
+// Floats of split-K slots an fp16 launch of `ranges` k ranges needs, either form of its sums (tests;
+// gemm_tiled_scratch covers the plans).
+size_t gemm_f16_scratch(const TiledJobs& jobs, int t, int ranges);
 // The tokens per block of a launch asked for `tokens` (gemm_f16_tokens()), given its grids of
 // 256- and 128-token blocks.
 int gemm_f16_block_tokens(int tokens, int grid256, int grid128, int sm_count);
@@ -150,9 +168,16 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 // runs 128); 0: gemm_f16_model, or gemm_f16_block_tokens of gemm_f16_tokens() where that is 128
 // or 256. terms: act_to_f16's (0: gemm_f16_terms()); pipe (tests): 0 or 1 (-1: gemm_f16_pipe();
 // two terms and 256 tokens run 0); stages (tests): 4 or 6 (0: gemm_f16_stages()); persist
-// (tests): 0 or 1 (-1: gemm_f16_persist()).
+// (tests): 0 or 1 (-1: gemm_f16_persist()). counters: gemm_f16_counters zeroed ints, left zero
+// (null: the reduce kernel); sums (tests): 0..2 as gemm_f16_sums (-1: gemm_f16_sums()); with 2
+// and ranges > 0 the tiles of the full rounds of sm_count stay whole. decode (tests): 3 or 4 (0:
+// gemm_f16_decode()).
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
               float* partial, cudaStream_t s, int ranges = 0, int tokens = 0, int terms = 0, int pipe = -1,
-              int stages = 0, int persist = -1);
+              int stages = 0, int persist = -1, int* counters = nullptr, int sums = -1, int decode = 0);
+// The fp16 GEMM's weight decode (gemm_f16.cuh, DEC; the persistent kernel of one term, PIPE 0, 4
+// stages, 64 or 128 tokens only): 3 (the default) or 4 steps per half2 (bit-identical),
+// BONSAI_CUDA_GEMM_F16_DECODE (any other value is an error). Read once per process.
+int gemm_f16_decode();
 
 }  // namespace bonsai::cuda

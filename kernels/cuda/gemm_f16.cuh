@@ -171,7 +171,14 @@ struct GemmSmemF16 {
 // wgmmas waited for before the next are issued (the other consumer warpgroup's fill the gap);
 // 1, one batch kept in flight (wait_group 1; the A registers of k-block i + 1 decoded into those
 // of i - 1 once it completed).
-template <int NT, int TERMS, int PIPE, int ST, int PERSIST>
+// DEC (session 7, BONSAI_CUDA_GEMM_F16_DECODE): 4, the decode above (shift, mask | 0x64006400,
+// HSUB2 1025, HMUL2 d); 3, where every scale of the warp's two rows in the k-block keeps d·2^-6
+// exact in fp16 (a warp vote per k-block; else the 4-step decode): no shift for codes at bit
+// offsets o = 0, 2, 4, 6 of their 16-bit half (one shift by 8 per word for o = 8..14), mask in
+// place | 0x64006400 = 1024 + c·2^o, HSUB2 (1024 + 2^o) = (c - 1)·2^o, HMUL2 d·2^-o: the same
+// fp16 values exactly (d·2^-o is exact, (c - 1)·d is representable: f16_scale_ok), so the
+// outputs are bit-identical.
+template <int NT, int TERMS, int PIPE, int ST, int PERSIST, int DEC = 4>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_f16_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
                     const float* __restrict__ tscale, int t, int kblocks) {
@@ -187,21 +194,28 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // grid). PERSIST 0: the grid is that, one item per block; 1: a block per SM (gridDim.x) walks
   // items blockIdx.x, + gridDim.x, ...: the ring runs on across items, so the next item's first
   // stages load during this one's last wgmmas and epilogue.
-  const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs];
-  const int nz = (kblocks + plan.kb_per_split - 1) / plan.kb_per_split, total = nx * ny * nz;
+  // Session 7 (the tail plan, PERSIST only): items [0, plan.whole) are tiles 0.. whole (one k
+  // range each, y written directly), the rest the other tiles' k ranges (range z of tile
+  // whole + i at item whole + i + z·(tiles - whole)); plan.whole = 0 is the uniform split above.
+  const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs], tiles = nx * ny;
+  const int nz = (kblocks + plan.kb_per_split - 1) / plan.kb_per_split, whole = plan.whole;
+  const int rest = tiles - whole, total = whole + rest * nz;
   const int item0 = PERSIST ? static_cast<int>(blockIdx.x)
                             : static_cast<int>(blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z));
   const int stride = PERSIST ? static_cast<int>(gridDim.x) : total;
   struct Item {
     TiledJob job;
-    int tiles, tile0, tok0, kb0, n, bz;
+    int tiles, tile0, tok0, kb0, n, bz, split;  // split: the index of a split tile, -1 if whole
     int64_t out0;
   };
   auto item = [&](int it) {
     Item m;
-    const int rb = (it / nx) % ny;
-    m.bz = it / (nx * ny);
-    m.tok0 = (it % nx) * NT;
+    const bool w1 = it < whole;
+    const int tl = w1 ? it : whole + (it - whole) % rest;
+    const int rb = tl / nx;
+    m.bz = w1 ? 0 : (it - whole) / rest;
+    m.split = w1 || nz == 1 ? -1 : tl - whole;
+    m.tok0 = (tl % nx) * NT;
     m.job = jobs.job[0];
     m.tiles = plan.tiles[0];
     m.out0 = 0;
@@ -215,7 +229,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         m.out0 = plan.out_start[i];
       }
     m.kb0 = m.bz * plan.kb_per_split;
-    m.n = min(kblocks, m.kb0 + plan.kb_per_split) - m.kb0;
+    m.n = w1 ? kblocks : min(kblocks, m.kb0 + plan.kb_per_split) - m.kb0;
     m.tile0 = (rb - bstart) * kBlockTiles;
     return m;
   };
@@ -297,8 +311,33 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       const uint4 cw = *reinterpret_cast<const uint4*>(chunk + lane * 16);
       const uint32_t sw = *reinterpret_cast<const uint32_t*>(chunk + kCodeBytes + g * 4);  // {d(g), d(g + 8)}
       const __half2 dd = *reinterpret_cast<const __half2*>(&sw);
-      const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};
       const uint32_t wd[4] = {cw.x, cw.y, cw.z, cw.w};
+      if constexpr (DEC == 3) {
+        const __half2 d6 = __hmul2(dd, __float2half2_rn(0.015625f));  // d·2^-6
+        const __half2 back = __hmul2(d6, __float2half2_rn(64.0f));    // exact: d again iff d·2^-6 was
+        if (__all_sync(kFullMask, *reinterpret_cast<const uint32_t*>(&back) == sw)) {
+          const __half2 d2 = __hmul2(dd, __float2half2_rn(0.25f)),
+                        d4 = __hmul2(dd, __float2half2_rn(0.0625f));
+          const __half2 ds[4][2] = {{__low2half2(dd), __high2half2(dd)},
+                                    {__low2half2(d2), __high2half2(d2)},
+                                    {__low2half2(d4), __high2half2(d4)},
+                                    {__low2half2(d6), __high2half2(d6)}};
+          const uint32_t wh[4] = {cw.x >> 8, cw.y >> 8, cw.z >> 8, cw.w >> 8};
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int sh = f16_code_shift(j, r), o = sh & 7;
+              const uint32_t bits = ((sh >= 8 ? wh[j >> 1] : wd[j >> 1]) & (0x00030003u << o)) | 0x64006400u;
+              const __half2 w = __hmul2(
+                  __hsub2(*reinterpret_cast<const __half2*>(&bits), __float2half2_rn(1024.0f + (1 << o))),
+                  ds[o >> 1][r & 1]);
+              a[set][j][r] = *reinterpret_cast<const uint32_t*>(&w);
+            }
+          return;
+        }
+      }
+      const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -349,15 +388,62 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     c += n;
 
+    // The in-kernel fix-up (plan.counters): each warp owns its 16 rows x NT tokens of the tile in
+    // every range, so it stores its range's sums (scaled by 2^e) to its own slot, [element][lane]
+    // (coalesced, one base address), and counts itself in per (split tile, warp tile). The fence
+    // orders each lane's slot stores before lane 0's count (the warp barrier in between), the
+    // last arriver's fence its loads after it (matvec_common.cuh's finish_pair, kFixupLast). The
+    // last adds the nz slots in order z = 0, 1, ... from 0.0f, its own reloaded: exactly
+    // gemm_reduce_kernel's sum of the same floats, whatever the arrival order. It leaves the count
+    // zero for the next launch (which touches it only after griddepcontrol.wait, i.e. after this
+    // grid completed).
+    bool direct = m.split < 0;
+    if (m.split >= 0 && plan.counters != nullptr) {
+      constexpr int kSlot = kRA * 32;  // floats per warp and range
+      float* slot = plan.partial + (static_cast<size_t>(m.split) * kBlockTiles + tile) * kSlot + lane;
+      const size_t zstride = static_cast<size_t>(rest) * kBlockTiles * kSlot;
+#pragma unroll
+      for (int q = 0; q < NT / 8; ++q)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tok = m.tok0 + 8 * q + 2 * tg + e;
+          const float sc = tok < t ? __ldg(tscale + tok) : 0.0f;  // 2^e: exact
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            slot[m.bz * zstride + (4 * q + 2 * r + e) * 32] = acc[4 * q + 2 * r + e] * sc;
+        }
+      int* counter = plan.counters + m.split * kBlockTiles + tile;
+      __threadfence();
+      __syncwarp();
+      int arrived = 0;
+      if (lane == 0) arrived = atomicAdd(counter, 1);
+      arrived = __shfl_sync(kFullMask, arrived, 0);
+      if (arrived == nz - 1) {
+        __threadfence();
+        if (lane == 0) *counter = 0;
+#pragma unroll
+        for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+        for (int z = 0; z < nz; ++z) {
+          const float* src = slot + z * zstride;
+#pragma unroll
+          for (int i = 0; i < kRA; ++i) acc[i] += __ldcg(src + i * 32);
+        }
+        direct = true;
+      } else {
+        continue;
+      }
+    }
     float* out = m.job.y;
-    if (nz > 1) out = plan.partial + m.bz * plan.out_start[kMaxJobs] + m.out0;
+    if (!direct) out = plan.partial + m.bz * plan.out_start[kMaxJobs] + m.out0;  // (gemm_reduce_kernel's)
+    const bool summed = m.split >= 0 && direct;  // (the fix-up's sums are scaled already)
 #pragma unroll
     for (int q = 0; q < NT / 8; ++q)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int tok = m.tok0 + 8 * q + 2 * tg + e;
         if (tok >= t) continue;
-        const float sc = __ldg(tscale + tok);  // 2^e: exact
+        const float sc = summed ? 1.0f : __ldg(tscale + tok);  // 2^e: exact
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = (m.tile0 + tile) * kTileRows + g + 8 * r;

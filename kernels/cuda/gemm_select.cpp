@@ -107,13 +107,21 @@ int gemm_f16_pipe() {
   return pipe;
 }
 
-GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count) {
+GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count, bool tail,
+                            int tail_gain) {
   // A launch takes rounds x kb_per_split x the per-k-block time of an item (round 2, H200: ~0.85
   // µs at 128 tokens, the unit here; 64 tokens taken as 0.7 of it: half the MACs, the same
   // decode and waits), plus, with k ranges, each range's partial sums written and read (8 bytes
   // per output at ~3 TB/s: 2.55 MB per unit) and the reduce launch (~3 units). A candidate
   // replaces the best only for a clear gain (3 %): 128 tokens and fewer ranges first.
-  GemmF16Shape best{128, kblocks};
+  // tail (session 7: the in-kernel fix-up, no reduce launch): a split round costs kFix more
+  // (its slots written and the last arriver's reads, ~64 KB each way per item from L2), and a
+  // second form joins: the full rounds' tiles whole (whole = rounds x SMs items of one range),
+  // only the last partial round's tiles split in k, so that round fills the SMs with shorter
+  // items (FFN gate + up at t = 512: 8 rounds x 40 + 1 x 20 + kFix instead of 9 x 40). A tail
+  // candidate replaces the best for a gain of tail_gain % (BONSAI_CUDA_GEMM_F16_TAIL_GAIN).
+  constexpr double kFix = 2.0;
+  GemmF16Shape best{128, kblocks, 0};
   double best_cost = -1;
   const int max_splits = std::max(1, kblocks / 4);
   for (const int tk : {128, 64}) {
@@ -122,15 +130,70 @@ GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int
     for (int sp = 1; sp <= std::min(16, max_splits); ++sp) {
       const int kbps = (kblocks + sp - 1) / sp, real = (kblocks + kbps - 1) / kbps;
       const int64_t rounds = (grid * real + sm_count - 1) / sm_count;
-      const double cost = static_cast<double>(rounds) * kbps * unit +
-                          (real > 1 ? real * 8.0 * static_cast<double>(outs) / 2.55e6 + 3.0 : 0.0);
+      const double sums = real == 1 ? 0.0
+                          : tail    ? kFix * static_cast<double>(rounds)
+                                    : real * 8.0 * static_cast<double>(outs) / 2.55e6 + 3.0;
+      const double cost = static_cast<double>(rounds) * kbps * unit + sums;
       if (best_cost < 0 || cost < best_cost * 0.97) {
-        best = {tk, kbps};
+        best = {tk, kbps, 0};
+        best_cost = cost;
+      }
+    }
+    const int64_t full = grid / sm_count, left = grid - full * sm_count;
+    if (!tail || full == 0 || left == 0) continue;
+    for (int sp = 2; sp <= std::min(16, max_splits); ++sp) {
+      const int kbps = (kblocks + sp - 1) / sp, real = (kblocks + kbps - 1) / kbps;
+      const int64_t rounds = (left * real + sm_count - 1) / sm_count;
+      const double cost = (static_cast<double>(full) * kblocks + static_cast<double>(rounds) * kbps) * unit +
+                          kFix * static_cast<double>(rounds);
+      if (cost < best_cost * (1.0 - tail_gain / 100.0)) {
+        best = {tk, kbps, static_cast<int>(full * sm_count)};
         best_cost = cost;
       }
     }
   }
   return best;
+}
+
+int gemm_f16_decode() {
+  static const int decode = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_DECODE");
+    const std::string_view v = e ? e : "";
+    // Default 3 (H200, t = 512: the 27B GEMM launches 41.05 against 41.48 ms with 4, pp512 7843 /
+    // 7868 against 7821 / 7783 with the tail sums; docs/performance.md, "Prefill GEMM", session 7).
+    if (v.empty() || v == "3") return 3;
+    if (v == "4") return 4;
+    fail("BONSAI_CUDA_GEMM_F16_DECODE: '{}' is not a weight decode of the fp16 GEMM (3 or 4)", v);
+  }();
+  return decode;
+}
+
+int gemm_f16_tail_gain() {
+  static const int gain = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TAIL_GAIN");
+    const std::string_view v = e ? e : "";
+    if (v.empty()) return 3;
+    int n = -1;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 10)
+      fail("BONSAI_CUDA_GEMM_F16_TAIL_GAIN: '{}' is not a gain in percent (0 to 10)", v);
+    return n;
+  }();
+  return gain;
+}
+
+int gemm_f16_sums() {
+  static const int sums = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_SUMS");
+    const std::string_view v = e ? e : "";
+    // Default tail (H200, t = 512: the 27B GEMM launches 41.48 against 45.62 ms with reduce, pp512
+    // 7821 / 7783 against 7415 / 7369; docs/performance.md, "Prefill GEMM", session 7).
+    if (v.empty() || v == "tail") return 2;
+    if (v == "reduce") return 0;
+    if (v == "fixup") return 1;
+    fail("BONSAI_CUDA_GEMM_F16_SUMS: '{}' is not a split-K form of the fp16 GEMM (reduce, fixup or tail)", v);
+  }();
+  return sums;
 }
 
 int gemm_f16_block_tokens(int tokens, int grid256, int grid128, int sm_count) {
