@@ -1,7 +1,8 @@
 // The prefill walk in the chunked (WY) form (kernels/cuda/gdn_chunked.cu, gdn_walk kernels 3 and
-// 4) and in the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu, kernel 5) against the
-// token kernel (kernel 0): outputs and new state equal up to summation order (and, kernel 5, the
-// split TF32 products' rounding), the conv state bit for bit. The cases cover one partial chunk
+// 4) and in the chunked form on the tensor cores in one kernel (kernels/cuda/gdn_tc.cu, kernel 5)
+// and in two (kernels/cuda/gdn_tc2.cu, kernel 6) against the token kernel (kernel 0): outputs and
+// new state equal up to summation order (and, kernels 5 and 6, the split TF32 products' rounding),
+// the conv state bit for bit. The cases cover one partial chunk
 // (t = 12), chunk boundaries (t = 64), several chunks with a partial last one (t = 33, 75, 300,
 // 600), d_k = 32, 64, 128, 256 (256: kernels 3 and 4 only), columns past d_v (d_v = 96 with 64
 // columns per block), gates from alpha/beta_in and from g/beta with weak (g near 0), strong (g down
@@ -106,6 +107,13 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
     auto run = [&](int kernel) {
       DevVec d_state(state0), d_cs(conv_state0), d_out(std::vector<float>(t * cs.n_v * cs.d_v, 0.0f));
       cuda::GdnFused f;
+      f.t = t;
+      f.n_v = cs.n_v;
+      f.d_k = cs.d_k;
+      f.d_v = cs.d_v;
+      // kernel 6's scratch, filled with NaN: every float it reads must have been written first
+      DevVec d_scr(std::vector<float>(kernel == 6 ? cuda::gdn_walk_tc2_scratch_floats(f) : 1, std::nanf("")));
+      if (kernel == 6) f.scratch = d_scr.get();
       f.conv = d_conv.get();
       if (cs.gates == Gates::raw) {
         f.alpha = d_ga.get();
@@ -126,8 +134,9 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
       f.n_v = cs.n_v;
       f.d_k = cs.d_k;
       f.d_v = cs.d_v;
-      EXPECT_TRUE(kernel < 3 || (kernel == 5 ? cuda::gdn_walk_tc_supported(f)
-                                             : cuda::gdn_walk_wy_supported(f, kernel - 2)));
+      EXPECT_TRUE(kernel < 3 || (kernel == 6   ? cuda::gdn_walk_tc2_supported(f)
+                                 : kernel == 5 ? cuda::gdn_walk_tc_supported(f)
+                                               : cuda::gdn_walk_wy_supported(f, kernel - 2)));
       cuda::gdn_walk(f, stream, kernel);
       EXPECT_EQ(cudaGetLastError(), cudaSuccess);
       EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -149,11 +158,14 @@ TEST(CudaGdnWy, MatchesTokenWalk) {
     // Kernel 5 forms each product term in the split TF32 form: x·y within 3·2^-22·|x y| (dropped
     // lo·lo and the two split residues) instead of fp32's 2^-24, the sums in fp32 (accumulations in
     // the tensor core need not round to nearest: <= 2^-23 per add, within the constant). The
-    // same probabilistic bound with u = 3·2^-22 per term is 12x the fp32 one.
+    // same probabilistic bound with u = 3·2^-22 per term is 12x the fp32 one. Kernel 6 forms
+    // u = T·βV − (T·βe^{G}K)·S0 instead of T·β(V − e^{G}K·S0): the same number of terms per element
+    // (C with T, d_k with S0), each bounded by the same |T|·|βe^{G}k|·|S0| magnitudes, so the
+    // same bound holds.
     const double tol_tc = 12.0 * tol;
-    for (int kernel : {3, 4, 5}) {
-      if (kernel == 5 && cs.d_k > 128) continue;  // kernel 5 runs kernel 1 there (gdn_walk_tc_supported)
-      const double tk = kernel == 5 ? tol_tc : tol;
+    for (int kernel : {3, 4, 5, 6}) {
+      if (kernel >= 5 && cs.d_k > 128) continue;  // kernels 5, 6 run kernel 1 there (gdn_walk_tc*_supported)
+      const double tk = kernel >= 5 ? tol_tc : tol;
       const Result r = run(kernel);
       const std::string wk = what + " kernel " + std::to_string(kernel);
       const double d_out = max_diff(r.out, ref.out), d_state = max_diff(r.state, ref.state);

@@ -182,6 +182,7 @@ struct CudaBackend::Impl {
   Growable mv_slots;
   int* step_dev = nullptr;  // {pos0, token}: what a recorded step reads
   Growable gdn_counters;    // last-block hand-off of the GDN site's conv state (kept zero)
+  Growable gdn_scratch;     // the prefill walk's per-chunk products (cuda::gdn_walk_scratch_bytes)
   PinnedPtr step_host;
   DevicePtr step_mem;
   Growable topk;        // top_k: pass-1 candidates, then the result (ids[k], values[k])

@@ -163,6 +163,10 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
     f.d_k = s.d_k;
     f.d_v = s.d_v;
     f.eps = s.eps;
+    if (const size_t need = cuda::gdn_walk_scratch_bytes(f)) {  // BONSAI_CUDA_WALK=6 (gdn_tc2.cu)
+      m.gdn_scratch.grow(need, "GDN walk scratch");
+      f.scratch = m.gdn_scratch.as<float>();
+    }
     cuda::gdn_walk(f, m.stream);
     check_launch("gdn_walk");
     float* y = a.out;

@@ -378,7 +378,8 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
 
 // BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
 // two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu), 5
-// the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu); unset or empty: the default
+// the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu), 6 the same in two kernels
+// (kernels/cuda/gdn_tc2.cu); unset or empty: the default
 // (kWalkDefault). Anything else is an error. Read once per process.
 constexpr int kWalkDefault = 1;
 // The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
@@ -388,21 +389,36 @@ int walk_kernel_env() {
   static const int k = [] {
     const char* e = std::getenv("BONSAI_CUDA_WALK");
     if (!e || !*e) return -1;
-    if (e[0] >= '0' && e[0] <= '5' && e[1] == 0) return e[0] - '0';
+    if (e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
     fail(
-        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3, 4 or 5 (token walk, chunked walk with 1 or 2 columns "
-        "per thread, WY form on 32 or 64 columns per block, chunked form on the tensor cores)",
+        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3, 4, 5 or 6 (token walk, chunked walk with 1 or 2 columns "
+        "per thread, WY form on 32 or 64 columns per block, chunked form on the tensor cores in one or two "
+        "kernels)",
         e);
   }();
   return k;
 }
 
-}  // namespace
-
-void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel) {
+int pick_kernel(const GdnFused& p, int kernel) {
   if (kernel < 0) {
     kernel = walk_kernel_env();
     if (kernel < 0) kernel = p.t >= kWyMinTokens ? kWalkDefault : 1;
+  }
+  return kernel;
+}
+
+}  // namespace
+
+size_t gdn_walk_scratch_bytes(const GdnFused& p) {
+  return pick_kernel(p, -1) == 6 && gdn_walk_tc2_supported(p) ? gdn_walk_tc2_scratch_floats(p) * sizeof(float)
+                                                              : 0;
+}
+
+void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel) {
+  kernel = pick_kernel(p, kernel);
+  if (kernel == 6) {
+    if (p.scratch && gdn_walk_tc2_supported(p)) return gdn_walk_tc2(p, s);
+    kernel = 1;
   }
   if (kernel == 5) {
     if (gdn_walk_tc_supported(p)) return gdn_walk_tc(p, s);

@@ -259,6 +259,9 @@ struct GdnFused {
   RawType ab_type = RawType::F32;
   size_t ab_row_bytes = 0;
   int ab_k = 0;
+  // gdn_walk kernel 6's per-(value head, chunk) products (gdn_walk_scratch_bytes; device memory the
+  // caller owns, used only during the launch)
+  float* scratch = nullptr;
 };
 void gdn_fused(const GdnFused& p, cudaStream_t s);
 // Prefill form of the GDN site, for many tokens: gdn_ab_batch computes alpha / beta_in
@@ -277,7 +280,7 @@ void gdn_walk(const GdnFused& p, cudaStream_t s);
 // thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
 // (kernels/cuda/gdn_walk.cu). 3 / 4: the chunked (WY) form on blocks of 32 / 64 state columns
 // (kernels/cuda/gdn_chunked.cu; equal up to summation order; 1 where gdn_walk_wy_supported is
-// false). 5: gdn_walk_tc (1 where unsupported). The two-argument form: BONSAI_CUDA_WALK, default
+// false). 5: gdn_walk_tc (1 where unsupported). 6: gdn_walk_tc2. The two-argument form: BONSAI_CUDA_WALK, default
 // kWalkDefault (gdn_walk.cu).
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
 // The WY form on blocks of 32·cs columns (cs 1 or 2): d_k in {32, 64, 128, 256}, 16-byte aligned conv.
@@ -288,6 +291,14 @@ void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cs);
 // 16-byte aligned conv.
 bool gdn_walk_tc_supported(const GdnFused& p);
 void gdn_walk_tc(const GdnFused& p, cudaStream_t s);
+// gdn_walk kernel 6: the same products split into a kernel parallel over (value head, chunk) and
+// the serial one with the state products (kernels/cuda/gdn_tc2.cu); needs p.scratch with
+// gdn_walk_tc2_scratch_floats(p) floats (1 where unsupported or without it).
+bool gdn_walk_tc2_supported(const GdnFused& p);
+size_t gdn_walk_tc2_scratch_floats(const GdnFused& p);
+void gdn_walk_tc2(const GdnFused& p, cudaStream_t s);
+// The scratch bytes gdn_walk(p, s) needs in p.scratch with the kernel it picks for p (0: none).
+size_t gdn_walk_scratch_bytes(const GdnFused& p);
 
 // ---- the head's candidates ---------------------------------------------------------------
 // Backend::top_k on the device: the k best of x [n] (1 <= k <= min(n, kMaxTopK)) into out,
