@@ -26,6 +26,13 @@
 // Each output / state element sums the same number of product terms as in gdn_tc.cu (d_k for the
 // products with S0, C for those with T and Mq), so the test holds kernel 6 to kernel 5's tolerance
 // (tests/test_backend_cuda_wy.cpp). Decays only as e^{G_i−G_j} (j <= i), e^{G_i}, e^{G_C} (<= 1).
+//
+// The default walk from 512 tokens (gdn_walk.cu). H200, one 27B layer at t = 512 (ncu): kernel A
+// 45.6 us (3 blocks per SM), kernel B 117.0 us, against the chunked walk's 191 us. What limits B
+// (ncu, same run): 8 warps per SM (one block: 220 KB of shared memory, 167 registers), 0.59
+// eligible warps per scheduler, tensor pipe 29 % and LSU 42 % of peak: latency-bound between
+// the mma.sync fragments' shared-memory loads and the three mmas of each split product, one
+// chunk's phases separated by two barriers (docs/performance.md, session 7, round 2).
 #include <algorithm>
 #include <cstdint>
 
@@ -95,11 +102,13 @@ struct WalkSmem {
   }
 };
 
-__global__ void __launch_bounds__(kThreads) gdn_tc2_prep_kernel(GdnFused p, PrepSmem L) {
+template <int DK>
+__global__ void __launch_bounds__(kThreads, 3) gdn_tc2_prep_kernel(GdnFused p, PrepSmem L) {
   extern __shared__ __align__(16) float sm[];
   pdl_trigger();
   pdl_wait();
-  const int d_k = p.d_k, d_v = p.d_v;
+  constexpr int d_k = DK;
+  const int d_v = p.d_v;
   const int h = blockIdx.x, n = blockIdx.y, hk = h % p.n_k, base = n * kC, nt = min(kC, p.t - base);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
@@ -119,21 +128,20 @@ __global__ void __launch_bounds__(kThreads) gdn_tc2_prep_kernel(GdnFused p, Prep
 
   {  // the chunk's q, k, v rows (rows past the last token zero) and raw gates
     const uint32_t b = smem_u32(sm);
-    const int pieces = d_k / 4;
-    for (int idx = tid; idx < kC * 2 * pieces; idx += kThreads) {
-      const int j = idx / (2 * pieces), e = idx - j * 2 * pieces;
-      const bool isk = e >= pieces;
-      const int ee = isk ? e - pieces : e;
-      const float* row = p.conv + static_cast<int64_t>(base + min(j, nt - 1)) * width + (isk ? qk : 0) +
-                         static_cast<int64_t>(hk) * d_k + 4 * ee;
-      cp_async16(b + ((isk ? L.k : L.q) + j * L.ks + 4 * ee) * 4, row, j < nt ? 16 : 0);
-    }
+    constexpr int pieces = d_k / 4;
     const int vpieces = d_v / 4;
-    for (int idx = tid; idx < kC * vpieces; idx += kThreads) {
-      const int j = idx / vpieces, e = idx - j * vpieces;
-      const float* row = p.conv + static_cast<int64_t>(base + min(j, nt - 1)) * width + 2 * qk +
-                         static_cast<int64_t>(h) * d_v + 4 * e;
-      cp_async16(b + (L.v + j * L.vs + 4 * e) * 4, row, j < nt ? 16 : 0);
+    for (int j = warp; j < kC; j += kThreads / 32) {  // row per warp: no index division
+      const float* row = p.conv + static_cast<int64_t>(base + min(j, nt - 1)) * width;
+      const int bytes = j < nt ? 16 : 0;
+      for (int e = lane; e < 2 * pieces; e += 32) {
+        const bool isk = e >= pieces;
+        const int ee = isk ? e - pieces : e;
+        cp_async16(b + ((isk ? L.k : L.q) + j * L.ks + 4 * ee) * 4,
+                   row + (isk ? qk : 0) + static_cast<int64_t>(hk) * d_k + 4 * ee, bytes);
+      }
+      for (int e = lane; e < vpieces; e += 32)
+        cp_async16(b + (L.v + j * L.vs + 4 * e) * 4, row + 2 * qk + static_cast<int64_t>(h) * d_v + 4 * e,
+                   bytes);
     }
     for (int idx = tid; idx < 2 * nt; idx += kThreads) {
       const int j = idx < nt ? idx : idx - nt;
@@ -226,13 +234,10 @@ __global__ void __launch_bounds__(kThreads) gdn_tc2_prep_kernel(GdnFused p, Prep
   } else {  // meanwhile: k_j ← β_j e^{G_j} k_j, v_j ← β_j v_j in place; Mq to the scratch
     float* mq_dst = dst + kC * static_cast<int64_t>(d_k + d_v);
     for (int e = tid - 32; e < kC * kC; e += kThreads - 32) mq_dst[e] = Mq[(e / kC) * kTS + e % kC];
-    for (int e = tid - 32; e < kC * d_k; e += kThreads - 32) {
-      const int j = e / d_k;
-      Ks[j * L.ks + e - j * d_k] *= Bf[kC + j];
-    }
-    for (int e = tid - 32; e < kC * d_v; e += kThreads - 32) {
-      const int j = e / d_v;
-      Vs[j * L.vs + e - j * d_v] *= Bf[j];
+    for (int j = warp - 1; j < kC; j += kThreads / 32 - 1) {
+      const float bk = Bf[kC + j], bv = Bf[j];
+      for (int c = lane; c < d_k; c += 32) Ks[j * L.ks + c] *= bk;
+      for (int c = lane; c < d_v; c += 32) Vs[j * L.vs + c] *= bv;
     }
   }
   __syncthreads();
@@ -278,11 +283,13 @@ __global__ void __launch_bounds__(kThreads) gdn_tc2_prep_kernel(GdnFused p, Prep
   }
 }
 
+template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) gdn_tc2_walk_kernel(GdnFused p, WalkSmem L) {
   extern __shared__ __align__(16) float sm[];
   pdl_trigger();
   pdl_wait();
-  const int d_k = p.d_k, d_v = p.d_v;
+  constexpr int d_k = DK;
+  const int d_v = p.d_v;
   const int h = blockIdx.x, hk = h % p.n_k, col0 = blockIdx.y * kNC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
   const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
@@ -325,18 +332,16 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_tc2_walk_kernel(GdnFused p, W
     const int base = n * kC, nt = min(kC, p.t - base);
     const uint32_t buf = smem_u32(sm + b * L.buf);
     const float* src = scr + n * per;
-    const int pieces = d_k / 4;
-    for (int idx = tid; idx < kC * 3 * pieces; idx += kThreads) {
-      const int j = idx / (3 * pieces), e = idx - j * 3 * pieces, which = e / pieces, ee = e - which * pieces;
-      const float* row = which == 0 ? src + j * d_k + 4 * ee
-                                    : p.conv + static_cast<int64_t>(base + min(j, nt - 1)) * width +
-                                          (which == 2 ? qk : 0) + static_cast<int64_t>(hk) * d_k + 4 * ee;
-      cp_async16(buf + ((which == 0   ? L.w
-                         : which == 1 ? L.q
-                                      : L.k) +
-                        j * L.ks + 4 * ee) *
-                           4,
-                 row, which == 0 || j < nt ? 16 : 0);
+    constexpr int pieces = d_k / 4;
+    for (int j = warp; j < kC; j += kThreads / 32) {  // row per warp: no index division
+      const float* crow =
+          p.conv + static_cast<int64_t>(base + min(j, nt - 1)) * width + static_cast<int64_t>(hk) * d_k;
+      const int bytes = j < nt ? 16 : 0;
+      for (int e = lane; e < pieces; e += 32) {
+        cp_async16(buf + (L.w + j * L.ks + 4 * e) * 4, src + j * d_k + 4 * e, 16);
+        cp_async16(buf + (L.q + j * L.ks + 4 * e) * 4, crow + 4 * e, bytes);
+        cp_async16(buf + (L.k + j * L.ks + 4 * e) * 4, crow + qk + 4 * e, bytes);
+      }
     }
     constexpr int upieces = kNC / 4;
     for (int idx = tid; idx < kC * upieces; idx += kThreads) {
@@ -372,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_tc2_walk_kernel(GdnFused p, W
     // ---- P1: [W; Q]·S0; warp: row tile rt (0, 1: W's, 2, 3: Q's), column tiles 4nh.. ----
     const float* X = rt < 2 ? Wc : Qc;
     float c[4][4] = {}, cs[4][4] = {};
-#pragma unroll 2
+#pragma unroll 4
     for (int k0 = 0; k0 < d_k; k0 += 8) {
       const FragA a = load_a(X, L.ks, xr, k0, g, q);
 #pragma unroll
@@ -486,19 +491,31 @@ size_t gdn_walk_tc2_scratch_floats(const GdnFused& p) {
   return static_cast<size_t>(p.n_v) * ((p.t + kC - 1) / kC) * static_cast<size_t>(chunk_floats(p.d_k, p.d_v));
 }
 
-void gdn_walk_tc2(const GdnFused& p, cudaStream_t s) {
+namespace {
+
+template <int DK>
+void launch_tc2(const GdnFused& p, cudaStream_t s) {
   const PrepSmem lp(p.d_k, p.d_v);
   const WalkSmem lw(p.d_k);
   const size_t sp = lp.total * sizeof(float), sw = lw.total * sizeof(float);
-  cudaFuncSetAttribute(gdn_tc2_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncSetAttribute(gdn_tc2_prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(sp));
-  cudaFuncSetAttribute(gdn_tc2_walk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncSetAttribute(gdn_tc2_walk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(sw));
-  launch(gdn_tc2_prep_kernel, dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>((p.t + kC - 1) / kC)),
+  launch(gdn_tc2_prep_kernel<DK>,
+         dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>((p.t + kC - 1) / kC)),
          static_cast<unsigned>(kThreads), sp, s, p, lp);
-  launch(gdn_tc2_walk_kernel,
+  launch(gdn_tc2_walk_kernel<DK>,
          dim3(static_cast<unsigned>(p.n_v), static_cast<unsigned>((p.d_v + kNC - 1) / kNC)),
          static_cast<unsigned>(kThreads), sw, s, p, lw);
+}
+
+}  // namespace
+
+void gdn_walk_tc2(const GdnFused& p, cudaStream_t s) {
+  if (p.d_k == 32) return launch_tc2<32>(p, s);
+  if (p.d_k == 64) return launch_tc2<64>(p, s);
+  launch_tc2<128>(p, s);
 }
 
 }  // namespace bonsai::cuda

@@ -7,8 +7,9 @@
 // Two kernels with the same arithmetic per state column (bit-identical results):
 //  - gdn_walk_token_kernel, one token at a time: every thread loads and gates each token
 //    itself and forms k·q over its rows (the same value in every column).
-//  - gdn_walk_chunk_kernel (default; BONSAI_CUDA_WALK=3/4: the WY form, gdn_chunked.cu; 5: the
-//    chunked form on the tensor cores, gdn_tc.cu):
+//  - gdn_walk_chunk_kernel (default below 512 tokens; BONSAI_CUDA_WALK=3/4: the WY form,
+//    gdn_chunked.cu; 5: the chunked form on the tensor cores, gdn_tc.cu; 6, the default from 512
+//    tokens: the same in two kernels, gdn_tc2.cu):
 //    the inputs of 32 tokens at a time copied into shared
 //    memory by cp.async one chunk ahead; per chunk the block forms each token's gates and k·q
 //    partials once; q and k read as 16-byte broadcasts. Per token and thread: 32 FMULs (the
@@ -379,9 +380,13 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
 // BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
 // two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu), 5
 // the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu), 6 the same in two kernels
-// (kernels/cuda/gdn_tc2.cu); unset or empty: the default
-// (kWalkDefault). Anything else is an error. Read once per process.
+// (kernels/cuda/gdn_tc2.cu); unset or empty: the default (6 from kTc2MinTokens tokens when the
+// caller gives the scratch, else kWalkDefault). Anything else is an error. Read once per process.
 constexpr int kWalkDefault = 1;
+// The two-kernel tensor-core form from this many tokens on: measured faster at t = 512 and 1024 on
+// the H200 (27B layer at t = 512: 45.6 + 117.0 us against 191 us; docs/performance.md, session 7);
+// shorter batches are not measured and keep kWalkDefault.
+constexpr int kTc2MinTokens = 512;
 // The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
 constexpr int kWyMinTokens = 32;
 
@@ -402,7 +407,7 @@ int walk_kernel_env() {
 int pick_kernel(const GdnFused& p, int kernel) {
   if (kernel < 0) {
     kernel = walk_kernel_env();
-    if (kernel < 0) kernel = p.t >= kWyMinTokens ? kWalkDefault : 1;
+    if (kernel < 0) kernel = p.t >= kTc2MinTokens ? 6 : p.t >= kWyMinTokens ? kWalkDefault : 1;
   }
   return kernel;
 }

@@ -280,8 +280,8 @@ void gdn_walk(const GdnFused& p, cudaStream_t s);
 // thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
 // (kernels/cuda/gdn_walk.cu). 3 / 4: the chunked (WY) form on blocks of 32 / 64 state columns
 // (kernels/cuda/gdn_chunked.cu; equal up to summation order; 1 where gdn_walk_wy_supported is
-// false). 5: gdn_walk_tc (1 where unsupported). 6: gdn_walk_tc2. The two-argument form: BONSAI_CUDA_WALK, default
-// kWalkDefault (gdn_walk.cu).
+// false). 5: gdn_walk_tc (1 where unsupported). 6: gdn_walk_tc2. The two-argument form: BONSAI_CUDA_WALK,
+// default 6 from kTc2MinTokens tokens (with p.scratch), else kWalkDefault (gdn_walk.cu).
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
 // The WY form on blocks of 32·cs columns (cs 1 or 2): d_k in {32, 64, 128, 256}, 16-byte aligned conv.
 bool gdn_walk_wy_supported(const GdnFused& p, int cs);
