@@ -162,6 +162,41 @@ TEST(CudaGemmF16Select, TailModelSplitsOnlyTheLastRound) {
   const auto d = cuda::gemm_f16_model(272, 512, 40, int64_t{512} * 34816, 132, true, 1);
   EXPECT_EQ(d.kb_per_split, 10);
   EXPECT_EQ(d.whole, 1056);
+  EXPECT_EQ(a.stream, 0);
+  EXPECT_EQ(d.stream, 0);
+}
+
+// Stream-K (round 2; stream_gain 1 %, by hand at t = 512, 132 SMs): the FFN down projection's 28
+// tiles past the full round as 28 x 136 = 3808 units, chunks of ceil(3808 / 132) = 29 k-blocks
+// (136 + 29 + kFix 2 = 167 against the tail form's 172); the GDN projections' 116 tiles past 3
+// rounds, 4640 units in chunks of 36 (120 + 36 + 2 = 158 against 160 whole); the FFN gate + up
+// 32 x 40 units in chunks of 10 (332 against the tail's 342); at 3 % neither the GDN projections
+// (158 > 0.97 x 160) nor the FFN down (167 > 0.97 x 172) take it, and with TAIL_GAIN=1 the FFN
+// gate + up keeps the tail's 4 ranges of 10 (332, not 1 % better). Off (-1): round 1's plans.
+TEST(CudaGemmF16Select, StreamModelEvensTheLastRound) {
+  const auto down = cuda::gemm_f16_model(40, 512, 136, int64_t{512} * 5120, 132, true, 3, 1);
+  EXPECT_EQ(down.tokens, 128);
+  EXPECT_EQ(down.whole, 132);
+  EXPECT_EQ(down.stream, 29);
+  EXPECT_EQ(down.kb_per_split, 136);
+  const auto gdn = cuda::gemm_f16_model(128, 512, 40, int64_t{512} * 16384, 132, true, 3, 1);
+  EXPECT_EQ(gdn.tokens, 128);
+  EXPECT_EQ(gdn.whole, 396);
+  EXPECT_EQ(gdn.stream, 36);
+  const auto up = cuda::gemm_f16_model(272, 512, 40, int64_t{512} * 34816, 132, true, 3, 1);
+  EXPECT_EQ(up.whole, 1056);
+  EXPECT_EQ(up.stream, 10);
+  EXPECT_EQ(cuda::gemm_f16_model(128, 512, 40, int64_t{512} * 16384, 132, true, 3, 3).stream, 0);
+  EXPECT_EQ(cuda::gemm_f16_model(40, 512, 136, int64_t{512} * 5120, 132, true, 3, 3).stream, 0);
+  const auto up1 = cuda::gemm_f16_model(272, 512, 40, int64_t{512} * 34816, 132, true, 1, 1);
+  EXPECT_EQ(up1.stream, 0);
+  EXPECT_EQ(up1.kb_per_split, 10);
+  EXPECT_EQ(cuda::gemm_f16_model(40, 512, 136, int64_t{512} * 5120, 132, true, 3, -1).stream, 0);
+  // (a tile's ranges under chunks of L: at most ceil((kb - 1) / L) + 1)
+  EXPECT_EQ(cuda::gemm_f16_stream_ranges(136, 29), 6);
+  EXPECT_EQ(cuda::gemm_f16_stream_ranges(40, 40), 2);
+  EXPECT_EQ(cuda::gemm_f16_stream_ranges(40, 8), 6);
+  EXPECT_EQ(cuda::gemm_f16_stream_ranges(16, 1), 16);
 }
 #endif
 
@@ -360,6 +395,41 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
                       }
                   }
                 }
+        if (terms != 1) continue;
+        // Stream-K (round 2; sums in the kernel, persistent): the tiles past the full rounds of 5
+        // or 7 SMs in chunks of at least 3 or 5 k-blocks: a tile's pieces are its ranges, at most
+        // gemm_f16_stream_ranges of them.
+        const int ncount = cuda::gemm_f16_counters(jobs, t);
+        auto* counters = static_cast<int*>(dalloc(static_cast<size_t>(ncount) * 4));
+        cudaMemset(counters, 0, static_cast<size_t>(ncount) * 4);
+        const int maxr = cuda::gemm_f16_stream_ranges(static_cast<int>(kb), 3);
+        auto* slots = static_cast<float*>(dalloc(cuda::gemm_f16_scratch(jobs, t, maxr) * 4));
+        for (const int tokens : {64, 128})
+          for (const int sms : {5, 7})
+            for (const int len : {3, 5}) {
+              cuda::TiledJobs run = jobs;
+              for (int j = 0; j < jobs.count; ++j) {
+                run.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
+                cudaMemset(run.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
+              }
+              cuda::gemm_f16(run, xh, ts, t, k, sms, slots, nullptr, 1, tokens, 1, 0, 4, 1, counters, 2, 0,
+                             len);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              const int nr = cuda::gemm_f16_stream_ranges(static_cast<int>(kb), len);
+              for (int j = 0; j < jobs.count; ++j) {
+                const int64_t n = jobs.job[j].n;
+                std::vector<float> y(static_cast<size_t>(t) * n);
+                cudaMemcpy(y.data(), run.job[j].y, y.size() * 4, cudaMemcpyDeviceToHost);
+                size_t o = 0;
+                for (int i = 0; i < t; ++i)
+                  for (int64_t r = 0; r < n; r += step(j), ++o) {
+                    ASSERT_NEAR(y[i * n + r], exact[j][o], bounds[j][o].tol(k, 1, nr))
+                        << "stream, k " << k << " t " << t << " tokens " << tokens << " sms " << sms
+                        << " len " << len << " job " << j << " token " << i << " row " << r;
+                    ++checked;
+                  }
+              }
+            }
       }
     }
   }
@@ -371,7 +441,8 @@ TEST_F(CudaGemmF16, MatchesDoubleReference) {
   EXPECT_LT(sq[1], sq[0] / 16) << sq[0] << " " << sq[1];
 }
 
-// The 3-step weight decode (BONSAI_CUDA_GEMM_F16_DECODE=3; some scales take its 4-step fallback)
+// The 3-step weight decodes (BONSAI_CUDA_GEMM_F16_DECODE=3 and round 2's 5; some scales take their
+// 4-step fallback)
 // and the split-K sums in the kernel (BONSAI_CUDA_GEMM_F16_SUMS=fixup|tail) against the reduce
 // kernel, bit for bit: with the same k ranges the fix-up adds the same slots in the same order
 // (z = 0, 1, ... from 0.0f) whichever range arrives last; the tail form (sm_count 4, 5, 7: the
@@ -423,21 +494,23 @@ TEST_F(CudaGemmF16, Decode3FixupAndTailMatchBitwise) {
       auto* xh = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
       cuda::act_to_f16(dx, xh, ts, t, k, nullptr, 1);
       constexpr int kRanges = 3;
-      const size_t scratch = std::max<size_t>(cuda::gemm_tiled_scratch(jobs, t, k, sms_),
-                                              cuda::gemm_f16_scratch(jobs, t, kRanges));
+      const size_t scratch = std::max<size_t>(
+          cuda::gemm_tiled_scratch(jobs, t, k, sms_),
+          cuda::gemm_f16_scratch(jobs, t,
+                                 std::max(kRanges, cuda::gemm_f16_stream_ranges(static_cast<int>(kb), 4))));
       auto* partial = static_cast<float*>(dalloc(scratch * 4));
       const int ncount = cuda::gemm_f16_counters(jobs, t);
       auto* counters = static_cast<int*>(dalloc(static_cast<size_t>(ncount) * 4));
       cudaMemset(counters, 0, static_cast<size_t>(ncount) * 4);
       // One launch's outputs, every job concatenated ([job][t][n]).
-      auto run = [&](int tokens, int ranges, int sums, int sms, int decode = 4) {
+      auto run = [&](int tokens, int ranges, int sums, int sms, int decode = 4, int stream = 0) {
         cuda::TiledJobs r = jobs;
         for (int j = 0; j < jobs.count; ++j) {
           r.job[j].y = static_cast<float*>(dalloc(static_cast<size_t>(t) * jobs.job[j].n * 4));
           cudaMemset(r.job[j].y, 0xff, static_cast<size_t>(t) * jobs.job[j].n * 4);  // NaN: unwritten
         }
         cuda::gemm_f16(r, xh, ts, t, k, sms, partial, nullptr, ranges, tokens, 1, 0, 4, 1,
-                       sums > 0 ? counters : nullptr, sums, decode);
+                       sums > 0 ? counters : nullptr, sums, decode, stream);
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         std::vector<float> y;
         for (int j = 0; j < jobs.count; ++j) {
@@ -455,13 +528,15 @@ TEST_F(CudaGemmF16, Decode3FixupAndTailMatchBitwise) {
         for (size_t i = 0; i < reduce.size(); ++i)
           ASSERT_TRUE(same(fixup[i], reduce[i])) << "k " << k << " t " << t << " tokens " << tokens << " i "
                                                  << i << ": " << fixup[i] << " vs " << reduce[i];
-        for (const int ranges : {1, kRanges}) {  // the 3-step decode: the same A values exactly
-          const auto dec3 = run(tokens, ranges, 0, sms_, 3);
-          const auto& dec4 = ranges == 1 ? whole : reduce;
-          for (size_t i = 0; i < dec4.size(); ++i)
-            ASSERT_TRUE(same(dec3[i], dec4[i])) << "decode 3, k " << k << " t " << t << " tokens " << tokens
-                                                << " ranges " << ranges << " i " << i;
-        }
+        for (const int ranges : {1, kRanges})  // the 3-step decodes (3, 5): the same A values exactly
+          for (const int dec : {3, 5}) {
+            const auto dec3 = run(tokens, ranges, 0, sms_, dec);
+            const auto& dec4 = ranges == 1 ? whole : reduce;
+            for (size_t i = 0; i < dec4.size(); ++i)
+              ASSERT_TRUE(same(dec3[i], dec4[i]))
+                  << "decode " << dec << ", k " << k << " t " << t << " tokens " << tokens << " ranges "
+                  << ranges << " i " << i;
+          }
         const int nx = (t + tokens - 1) / tokens, tiles = nx * rbs;
         for (const int sms : {4, 5, 7}) {
           const auto tail = run(tokens, kRanges, 2, sms);
@@ -479,6 +554,31 @@ TEST_F(CudaGemmF16, Decode3FixupAndTailMatchBitwise) {
                 ++checked;
               }
         }
+        // Stream-K (round 2): the tiles past the full rounds as chunks of L k-blocks (at least
+        // ceil(units / sms)). Where L divides kb every chunk is one tile's range [zL, zL + L): bit
+        // for bit the tail form with kb / L ranges. Where it does not, the whole tiles are the
+        // one-range run's bit for bit, and two runs (other arrival orders) agree bit for bit
+        // (MatchesDoubleReference bounds the split ones).
+        for (const int sms : {4, 5, 7})
+          for (const int len : {static_cast<int>(kb / 4), static_cast<int>(kb / 2), 5, 6}) {
+            const int w = tiles / sms * sms, units = (tiles - w) * static_cast<int>(kb);
+            const int eff = std::max(len, (units + sms - 1) / sms);
+            const auto sk = run(tokens, 1, 2, sms, 4, len), again = run(tokens, 1, 2, sms, 5, len);
+            const auto tail = kb % eff == 0 ? run(tokens, static_cast<int>(kb) / eff, 2, sms) : whole;
+            size_t i = 0;
+            for (int j = 0; j < jobs.count; ++j)
+              for (int tok = 0; tok < t; ++tok)
+                for (int64_t r = 0; r < jobs.job[j].n; ++r, ++i) {
+                  const int tile = tok / tokens + nx * (rb0[j] + static_cast<int>(r / 128));
+                  ASSERT_TRUE(same(sk[i], again[i])) << "stream, k " << k << " t " << t << " i " << i;
+                  if (tile >= w && kb % eff != 0) continue;
+                  ASSERT_TRUE(same(sk[i], tail[i]))
+                      << "stream, k " << k << " t " << t << " tokens " << tokens << " sms " << sms << " len "
+                      << len << " (" << eff << ") job " << j << " token " << tok << " row " << r << " tile "
+                      << tile << " of " << tiles << ": " << sk[i] << " vs " << tail[i];
+                  ++checked;
+                }
+          }
         // whole and split outputs differ somewhere (else the check above could not tell them apart)
         bool differ = false;
         for (size_t i = 0; i < reduce.size() && !differ; ++i) differ = !same(whole[i], reduce[i]);

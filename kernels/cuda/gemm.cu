@@ -71,6 +71,10 @@ struct GemmPlan {
   // null: the split sums are added by gemm_reduce_kernel (whole must be 0 then).
   int whole = 0;
   int* counters = nullptr;
+  // stream (session 7, round 2; fp16 GEMM, with whole and counters): > 0, the tiles past `whole`
+  // as one run of (tile, k-block) units cut into chunks of `stream` k-blocks, chunk b taken by
+  // block b (stream-K: every block ends the launch with about the same work); 0, uniform ranges.
+  int stream = 0;
 };
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
@@ -597,8 +601,9 @@ size_t gemm_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count)
   // The fp16 GEMM's model (gemm_f16_model; one launch over all t tokens), both forms.
   for (const bool tail : {false, true}) {
     const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count,
-                                          tail, gemm_f16_tail_gain());
-    const int splits = (kblocks + m.kb_per_split - 1) / m.kb_per_split;
+                                          tail, gemm_f16_tail_gain(), tail ? gemm_f16_stream() : -1);
+    const int splits = m.stream > 0 ? gemm_f16_stream_ranges(kblocks, m.stream)
+                                    : (kblocks + m.kb_per_split - 1) / m.kb_per_split;
     if (splits > 1) s = std::max(s, gemm_f16_scratch(jobs, t, splits));
   }
   return s;
@@ -715,7 +720,7 @@ template <int NT, int TERMS, int PIPE, int ST, int PERSIST, int DEC = 4>
 void run_gemm_f16_as(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
                      int kblocks, int sm_count, float* partial, cudaStream_t s) {
   const int splits = gemm_splits(plan, kblocks);
-  if (splits > 1) plan.partial = partial;
+  if (splits > 1 || plan.stream > 0) plan.partial = partial;
   // [t][kblocks·256·TERMS] bytes: the map of TERMS·kblocks records of 256 bytes per token
   const GemmTensorMaps maps = gemm_tensor_maps(xh, nullptr, t, TERMS * kblocks, 128, NT);
   CUtensorMap xmap;
@@ -724,16 +729,26 @@ void run_gemm_f16_as(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, co
   constexpr int smem = S::kBytes + S::kBars + 1024;  // + the mbarriers, alignment
   static_assert(smem <= 227 * 1024, "the ring must fit the shared memory of a block");
   const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs];
-  if (!PERSIST || plan.counters == nullptr) plan.whole = 0;  // (the tail plan: persistent, fix-up)
+  if (!PERSIST || plan.counters == nullptr)
+    plan.whole = plan.stream = 0;  // (the tail plan: persistent, fix-up)
   const int items = plan.whole + (nx * ny - plan.whole) * splits;
-  // PERSIST: one block per SM walks the work items (at most one block per item).
+  // PERSIST: one block per SM walks the work items (at most one block per item). Stream-K: chunks
+  // of at least ceil(units / SMs) k-blocks, so that each block has one chunk (whole > 0: every SM,
+  // else one block per chunk).
+  int blocks = std::min(items, sm_count);
+  if (plan.stream > 0) {
+    const int units = (nx * ny - plan.whole) * kblocks;
+    plan.stream = std::max(plan.stream, (units + sm_count - 1) / sm_count);
+    blocks = plan.whole > 0 ? sm_count : (units + plan.stream - 1) / plan.stream;
+    if (units == 0) plan.stream = 0, blocks = sm_count;
+  }
   const dim3 grid =
-      PERSIST ? dim3(static_cast<unsigned>(std::min(items, sm_count)))
+      PERSIST ? dim3(static_cast<unsigned>(blocks))
               : dim3(static_cast<unsigned>(nx), static_cast<unsigned>(ny), static_cast<unsigned>(splits));
   constexpr auto kernel = gemm_f16_kernel<NT, TERMS, PIPE, ST, PERSIST, DEC>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   launch(kernel, grid, kTmaThreads, smem, s, jobs, plan, xmap, tscale, t, kblocks);
-  if (splits > 1 && plan.counters == nullptr)
+  if (splits > 1 && plan.counters == nullptr && plan.stream == 0)
     launch(gemm_reduce_kernel, blocks_for(plan.out_start[kMaxJobs], 256), 256, 0, s, jobs, plan, splits);
 }
 
@@ -742,9 +757,12 @@ template <int NT, int TERMS, int PIPE, int ST = kF16Stages<NT, TERMS>>
 void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t,
                   int kblocks, int sm_count, bool persist, float* partial, cudaStream_t s, int decode) {
   if constexpr (TERMS == 1 && PIPE == 0) {
-    if constexpr (ST == 4 && NT != 256)  // (the 3-step decode: this kernel only)
+    if constexpr (ST == 4 && NT != 256) {  // (the 3-step decodes: this kernel only)
       if (persist && decode == 3)
         return run_gemm_f16_as<NT, 1, 0, ST, 1, 3>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
+      if (persist && decode == 5)
+        return run_gemm_f16_as<NT, 1, 0, ST, 1, 5>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
+    }
     if (persist)
       return run_gemm_f16_as<NT, 1, 0, ST, 1>(plan, jobs, xh, tscale, t, kblocks, sm_count, partial, s);
   }
@@ -752,6 +770,8 @@ void run_gemm_f16(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xh, const
 }
 
 }  // namespace
+
+int gemm_f16_stream_ranges(int kblocks, int stream) { return (kblocks + stream - 2) / stream + 1; }
 
 int gemm_f16_counters(const TiledJobs& jobs, int t) { return gemm_grid(jobs, t, 64) * kBlockTiles; }
 
@@ -766,7 +786,7 @@ size_t gemm_f16_scratch(const TiledJobs& jobs, int t, int ranges) {
 
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
               float* partial, cudaStream_t s, int ranges, int tokens, int terms, int pipe, int stages,
-              int persist, int* counters, int sums, int decode) {
+              int persist, int* counters, int sums, int decode, int stream) {
   if (t <= 0) return;
   if (decode == 0) decode = gemm_f16_decode();
   if (terms == 0) terms = gemm_f16_terms();
@@ -780,13 +800,17 @@ void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int
   // where that grid covers the SMs, one term only, else 128 where that grid does, else 64) and
   // plan_gemm with one slot per SM. ranges > 0 (tests): that many ranges (with sums 2, for the
   // tiles past the last full round of the SMs only).
-  int kbps = 0, whole = 0;
+  // stream > 0 (tests, with sums 2 and ranges > 0): the tiles past the full rounds stream-K in
+  // chunks of at least that many k-blocks; -1: the model's (gemm_f16_stream()).
+  int kbps = 0, whole = 0, sl = 0;
   if (tokens == 0 && gemm_f16_tokens() == 0) {
-    const GemmF16Shape m = gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count,
-                                          sums == 2 && ps, gemm_f16_tail_gain());
+    const GemmF16Shape m =
+        gemm_f16_model(gemm_grid(jobs, 1, 1), t, kblocks, f16_outs(jobs, t), sm_count, sums == 2 && ps,
+                       gemm_f16_tail_gain(), stream < 0 ? gemm_f16_stream() : -1);
     tokens = m.tokens;
     kbps = m.kb_per_split;
     whole = m.whole;
+    sl = m.stream;
   }
   if (tokens == 0)
     tokens = gemm_f16_block_tokens(terms == 1 ? gemm_f16_tokens() : 128, gemm_grid(jobs, t, 256),
@@ -800,6 +824,8 @@ void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int
   }
   if (sums > 0) p.counters = counters;
   p.whole = sums == 2 ? whole : 0;
+  if (stream > 0) sl = stream;
+  p.stream = sums == 2 && ps ? sl : 0;
   if (pipe < 0) pipe = gemm_f16_pipe();
   if (stages == 0) stages = gemm_f16_stages();
   const bool st6 = stages == 6 && terms == 1 && pipe == 0;  // (the deeper ring: one term, PIPE 0)

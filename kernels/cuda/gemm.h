@@ -123,11 +123,19 @@ int gemm_f16_tokens();
 // `model`): rowblocks = 128-row blocks of the launch's weights, outs = t x Σ n_j.
 // tail: the in-kernel fix-up's costs and the tail form (whole: items of whole tiles first, one
 // per tile of the full rounds; the tiles of the last partial round split into ranges).
+// stream_gain >= 0 (round 2, with tail): a third form, stream-K (stream: the chunk length in
+// k-blocks; the tiles past the full rounds as one run of (tile, k-block) units, a chunk per SM),
+// chosen for a gain of stream_gain %; -1: not considered.
 struct GemmF16Shape {
-  int tokens, kb_per_split, whole = 0;
+  int tokens, kb_per_split, whole = 0, stream = 0;
 };
 GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count, bool tail = false,
-                            int tail_gain = 3);
+                            int tail_gain = 3, int stream_gain = -1);
+// The gain in percent a stream-K candidate of gemm_f16_model needs: -1 (`off`, none considered)
+// or 0..10, BONSAI_CUDA_GEMM_F16_STREAM (any other value is an error). Read once per process.
+int gemm_f16_stream();
+// The most k ranges (pieces) of one tile under stream-K chunks of `stream` k-blocks.
+int gemm_f16_stream_ranges(int kblocks, int stream);
 // The gain in percent a tail candidate of gemm_f16_model needs over the best so far: 3 (the
 // default) or 0..10, BONSAI_CUDA_GEMM_F16_TAIL_GAIN (any other value is an error). Read once per process.
 int gemm_f16_tail_gain();
@@ -171,13 +179,18 @@ bool gemm_f16_launch(const TiledJobs& jobs, int groups, int t, int sm_count, boo
 // (tests): 0 or 1 (-1: gemm_f16_persist()). counters: gemm_f16_counters zeroed ints, left zero
 // (null: the reduce kernel); sums (tests): 0..2 as gemm_f16_sums (-1: gemm_f16_sums()); with 2
 // and ranges > 0 the tiles of the full rounds of sm_count stay whole. decode (tests): 3 or 4 (0:
-// gemm_f16_decode()).
+// gemm_f16_decode()). stream (tests; sums 2, persistent): > 0, the other tiles stream-K in chunks
+// of at least that many k-blocks (`partial`: gemm_f16_scratch of gemm_f16_stream_ranges); 0 none;
+// -1 the model's.
 void gemm_f16(const TiledJobs& jobs, const uint8_t* xh, const float* tscale, int t, int64_t k, int sm_count,
               float* partial, cudaStream_t s, int ranges = 0, int tokens = 0, int terms = 0, int pipe = -1,
-              int stages = 0, int persist = -1, int* counters = nullptr, int sums = -1, int decode = 0);
+              int stages = 0, int persist = -1, int* counters = nullptr, int sums = -1, int decode = 0,
+              int stream = -1);
 // The fp16 GEMM's weight decode (gemm_f16.cuh, DEC; the persistent kernel of one term, PIPE 0, 4
-// stages, 64 or 128 tokens only): 3 (the default) or 4 steps per half2 (bit-identical),
-// BONSAI_CUDA_GEMM_F16_DECODE (any other value is an error). Read once per process.
+// stages, 64 or 128 tokens only): 3 or 4 steps per half2 (bit-identical), or 5 (the default;
+// session 7, round 2: decode 3's values in 3 instructions per register, the scale check after the
+// decode, shared-window loads, unsigned ring counters; bit-identical), BONSAI_CUDA_GEMM_F16_DECODE
+// (any other value is an error). Read once per process.
 int gemm_f16_decode();
 
 }  // namespace bonsai::cuda

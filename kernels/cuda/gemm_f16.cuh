@@ -150,6 +150,15 @@ __device__ __forceinline__ uint32_t f16_weight_pair(uint32_t v, __half2 d) {
   return *reinterpret_cast<const uint32_t*>(&w);
 }
 
+// (v & mask) | 0x64006400 in one LOP3 (nvcc emits an AND and an OR for the C expression: two
+// immediates).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t f16_code_bits(uint32_t v) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(kMask), "r"(0x64006400u));
+  return r;
+}
+
 // The stages: the activation first (2·TERMS regions of NT tokens x 128 bytes, 1024-byte aligned
 // for the 128-byte swizzle), then the 8 stored chunks; padded to a multiple of 1024 bytes. Then
 // the full and empty mbarriers.
@@ -178,6 +187,12 @@ struct GemmSmemF16 {
 // place | 0x64006400 = 1024 + c·2^o, HSUB2 (1024 + 2^o) = (c - 1)·2^o, HMUL2 d·2^-o: the same
 // fp16 values exactly (d·2^-o is exact, (c - 1)·d is representable: f16_scale_ok), so the
 // outputs are bit-identical.
+// DEC 5 (session 7, round 2: the consumers' issue path, the ncu source profile's stalls): decode 3's
+// values, in 3 instructions per register (mask and or in one LOP3), with the scale check after the
+// decode instead of a branch in front of it (a failing warp decodes again with the 4-step form),
+// the stage read through 32-bit shared-window addresses (no generic-to-shared conversion, which
+// re-read SR_CgaCtaId every k-block) and the ring's slot and phase in unsigned arithmetic (no
+// signed modulo chain on the uniform datapath): the same A registers, so bit-identical.
 template <int NT, int TERMS, int PIPE, int ST, int PERSIST, int DEC = 4>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     gemm_f16_kernel(TiledJobs jobs, GemmPlan plan, const __grid_constant__ CUtensorMap xmap,
@@ -199,22 +214,48 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // whole + i at item whole + i + z·(tiles - whole)); plan.whole = 0 is the uniform split above.
   const int nx = (t + NT - 1) / NT, ny = plan.block_start[kMaxJobs], tiles = nx * ny;
   const int nz = (kblocks + plan.kb_per_split - 1) / plan.kb_per_split, whole = plan.whole;
-  const int rest = tiles - whole, total = whole + rest * nz;
+  // Round 2 (stream-K, plan.stream = L > 0, PERSIST only): the rest tiles' (tile, k-block) units
+  // in one run cut into chunks of L; block b takes chunk b as up to pm pieces (item whole + b +
+  // j·gridDim.x: piece j, the part of chunk b in its j-th tile; empty ones are skipped). A tile's
+  // pieces are its ranges, z = the chunk's index minus that of the tile's first chunk.
+  const int sl = PERSIST ? plan.stream : 0, pm = sl > 0 ? (sl + kblocks - 2) / kblocks + 1 : 0;
+  const int rest = tiles - whole,
+            total = sl > 0 ? whole + static_cast<int>(gridDim.x) * pm : whole + rest * nz;
   const int item0 = PERSIST ? static_cast<int>(blockIdx.x)
                             : static_cast<int>(blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z));
   const int stride = PERSIST ? static_cast<int>(gridDim.x) : total;
   struct Item {
     TiledJob job;
-    int tiles, tile0, tok0, kb0, n, bz, split;  // split: the index of a split tile, -1 if whole
+    int tiles, tile0, tok0, kb0, n, bz, nz, split;  // split: the index of a split tile, -1 if whole
     int64_t out0;
   };
   auto item = [&](int it) {
     Item m;
     const bool w1 = it < whole;
-    const int tl = w1 ? it : whole + (it - whole) % rest;
+    int tl = it;
+    m.bz = 0;
+    m.nz = 1;
+    m.kb0 = 0;
+    m.n = kblocks;
+    if (!w1 && sl > 0) {  // stream-K: piece j of chunk b
+      const int q = it - whole, b = q % static_cast<int>(gridDim.x), j = q / static_cast<int>(gridDim.x);
+      const int u0 = b * sl, u1 = min(u0 + sl, rest * kblocks), tr = min(u0 / kblocks + j, rest - 1);
+      const int s0 = max(u0, tr * kblocks), s1 = min(u1, (tr + 1) * kblocks);
+      m.n = u0 / kblocks + j < rest ? max(0, s1 - s0) : 0;
+      m.kb0 = s0 - tr * kblocks;
+      tl = whole + tr;
+      const int len = max(sl, 1);  // (sl > 0 here; PERSIST = 0 instantiates it with 0)
+      m.bz = b - tr * kblocks / len;
+      m.nz = ((tr + 1) * kblocks - 1) / len - tr * kblocks / len + 1;
+    } else if (!w1) {
+      tl = whole + (it - whole) % rest;
+      m.bz = (it - whole) / rest;
+      m.nz = nz;
+      m.kb0 = m.bz * plan.kb_per_split;
+      m.n = min(kblocks, m.kb0 + plan.kb_per_split) - m.kb0;
+    }
     const int rb = tl / nx;
-    m.bz = w1 ? 0 : (it - whole) / rest;
-    m.split = w1 || nz == 1 ? -1 : tl - whole;
+    m.split = w1 || m.nz == 1 ? -1 : tl - whole;
     m.tok0 = (tl % nx) * NT;
     m.job = jobs.job[0];
     m.tiles = plan.tiles[0];
@@ -228,8 +269,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         bstart = plan.block_start[i];
         m.out0 = plan.out_start[i];
       }
-    m.kb0 = m.bz * plan.kb_per_split;
-    m.n = w1 ? kblocks : min(kblocks, m.kb0 + plan.kb_per_split) - m.kb0;
     m.tile0 = (rb - bstart) * kBlockTiles;
     return m;
   };
@@ -252,6 +291,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     int c = 0;  // k-blocks loaded so far: ring slot c % kST, pass c / kST
     for (int it = item0; it < total; it += stride) {
       const Item m = item(it);
+      if (m.n == 0) continue;  // (an empty stream-K piece)
       const int ti = lane < kBlockTiles && m.tile0 + lane < m.tiles ? lane : 0;
       const uint8_t* wsrc = m.job.w + static_cast<size_t>(m.tile0 + ti) * kblocks * S::kCB;
       auto load_w = [&](int i) {
@@ -299,12 +339,58 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   int c = 0;  // k-blocks consumed so far (the producer's count)
   for (int it = item0; it < total; it += stride) {
     const Item m = item(it);
+    if (m.n == 0) continue;  // (an empty stream-K piece)
     const int n = m.n;
     float acc[kRA];  // element 4q + e: row g + 8(e >> 1), token 8q + 2·tg + (e & 1)
 #pragma unroll
     for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
     uint32_t a[2][8][4];               // A registers of two k-blocks: [set][k-step][register]
     auto prep = [&](int i, int set) {  // wait for k-block i's stage, decode its A registers
+      if constexpr (DEC == 5) {
+        const uint32_t kb = static_cast<uint32_t>(c + i), slot = kb % kST;
+        mbar_wait(full0 + 8 * slot, (kb / kST) & 1);
+        const uint32_t chunk = sbase + S::kOffW + tile * S::kCB + slot * S::kStage;
+        uint32_t wd[4], sw;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(wd[0]), "=r"(wd[1]), "=r"(wd[2]), "=r"(wd[3])
+                     : "r"(chunk + lane * 16));
+        asm volatile("ld.shared.u32 %0, [%1];"
+                     : "=r"(sw)
+                     : "r"(chunk + kCodeBytes + g * 4));  // {d(g), d(g + 8)}
+        const __half2 dd = *reinterpret_cast<const __half2*>(&sw);
+        const __half2 d2 = __hmul2(dd, __float2half2_rn(0.25f)), d4 = __hmul2(dd, __float2half2_rn(0.0625f)),
+                      d6 = __hmul2(dd, __float2half2_rn(0.015625f));
+        const __half2 ds[4][2] = {{__low2half2(dd), __high2half2(dd)},
+                                  {__low2half2(d2), __high2half2(d2)},
+                                  {__low2half2(d4), __high2half2(d4)},
+                                  {__low2half2(d6), __high2half2(d6)}};
+        const uint32_t wh[4] = {wd[0] >> 8, wd[1] >> 8, wd[2] >> 8, wd[3] >> 8};
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int sh = f16_code_shift(j, r), o = sh & 7;
+            const uint32_t src = sh >= 8 ? wh[j >> 1] : wd[j >> 1];
+            const uint32_t bits = o == 0   ? f16_code_bits<0x00030003u>(src)
+                                  : o == 2 ? f16_code_bits<0x000C000Cu>(src)
+                                  : o == 4 ? f16_code_bits<0x00300030u>(src)
+                                           : f16_code_bits<0x00C000C0u>(src);
+            const __half2 w = __hmul2(
+                __hsub2(*reinterpret_cast<const __half2*>(&bits), __float2half2_rn(1024.0f + (1 << o))),
+                ds[o >> 1][r & 1]);
+            a[set][j][r] = *reinterpret_cast<const uint32_t*>(&w);
+          }
+        const __half2 back = __hmul2(d6, __float2half2_rn(64.0f));  // exact: d again iff d·2^-6 was
+        if (!__all_sync(kFullMask, *reinterpret_cast<const uint32_t*>(&back) == sw)) {
+          const __half2 d[2] = {__low2half2(dd), __high2half2(dd)};  // (decode 4's values)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+              a[set][j][r] = f16_weight_pair(wd[j >> 1] >> f16_code_shift(j, r), d[r & 1]);
+        }
+        return;
+      }
       const int slot = (c + i) % kST;
       mbar_wait(full0 + 8 * slot, ((c + i) / kST) & 1);
       const uint8_t* chunk = sm + slot * S::kStage + S::kOffW + tile * S::kCB;
@@ -344,9 +430,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         for (int r = 0; r < 4; ++r)
           a[set][j][r] = f16_weight_pair(wd[j >> 1] >> f16_code_shift(j, r), d[r & 1]);
     };
+    // k-block i's ring slot (DEC 5: unsigned, c + i >= 0)
+    auto slot_of = [&](int i) -> uint32_t {
+      if constexpr (DEC == 5) return static_cast<uint32_t>(c + i) % kST;
+      return static_cast<uint32_t>((c + i) % kST);
+    };
     auto launch_mma = [&](int i, int set) {
       wgmma_fence();
-      const uint32_t dlo = dlo0 + ((c + i) % kST) * (S::kStage / 16);
+      const uint32_t dlo = dlo0 + slot_of(i) * (S::kStage / 16);
 #pragma unroll
       for (int u = 0; u < TERMS; ++u)
 #pragma unroll
@@ -356,7 +447,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     };
     auto release = [&](int i) {  // k-block i's wgmmas are complete: every read of its stage is done
       __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * ((c + i) % kST));
+      if (lane == 0) mbar_arrive(empty0 + 8 * slot_of(i));
     };
     if (n > 0) prep(0, 0);
     if constexpr (PIPE == 0) {  // k-block i + 1 decoded while i's wgmmas run, then wait for them
@@ -418,13 +509,13 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       int arrived = 0;
       if (lane == 0) arrived = atomicAdd(counter, 1);
       arrived = __shfl_sync(kFullMask, arrived, 0);
-      if (arrived == nz - 1) {
+      if (arrived == m.nz - 1) {
         __threadfence();
         if (lane == 0) *counter = 0;
 #pragma unroll
         for (int i = 0; i < kRA; ++i) acc[i] = 0.0f;
 #pragma unroll 1
-        for (int z = 0; z < nz; ++z) {
+        for (int z = 0; z < m.nz; ++z) {
           const float* src = slot + z * zstride;
 #pragma unroll
           for (int i = 0; i < kRA; ++i) acc[i] += __ldcg(src + i * 32);

@@ -108,7 +108,7 @@ int gemm_f16_pipe() {
 }
 
 GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int sm_count, bool tail,
-                            int tail_gain) {
+                            int tail_gain, int stream_gain) {
   // A launch takes rounds x kb_per_split x the per-k-block time of an item (round 2, H200: ~0.85
   // µs at 128 tokens, the unit here; 64 tokens taken as 0.7 of it: half the MACs, the same
   // decode and waits), plus, with k ranges, each range's partial sums written and read (8 bytes
@@ -120,7 +120,13 @@ GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int
   // only the last partial round's tiles split in k, so that round fills the SMs with shorter
   // items (FFN gate + up at t = 512: 8 rounds x 40 + 1 x 20 + kFix instead of 9 x 40). A tail
   // candidate replaces the best for a gain of tail_gain % (BONSAI_CUDA_GEMM_F16_TAIL_GAIN).
+  // Round 2, stream-K (stream_gain >= 0, with tail): the full rounds' tiles whole, the other
+  // tiles' left x kblocks units cut into one chunk per SM of L = max(kStreamMin, ceil(units /
+  // SMs)) k-blocks: full x kblocks + L units plus one fix-up (kFix), chosen for a gain of
+  // stream_gain %. Only for k >= 16 k-blocks: with L >= 8 a tile then has at most ceil((k - 1) /
+  // 8) + 1 <= k/4 + 1 ranges (the tests' bound for a launch's plan).
   constexpr double kFix = 2.0;
+  constexpr int kStreamMin = 8;
   GemmF16Shape best{128, kblocks, 0};
   double best_cost = -1;
   const int max_splits = std::max(1, kblocks / 4);
@@ -140,14 +146,24 @@ GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int
       }
     }
     const int64_t full = grid / sm_count, left = grid - full * sm_count;
-    if (!tail || full == 0 || left == 0) continue;
-    for (int sp = 2; sp <= std::min(16, max_splits); ++sp) {
-      const int kbps = (kblocks + sp - 1) / sp, real = (kblocks + kbps - 1) / kbps;
-      const int64_t rounds = (left * real + sm_count - 1) / sm_count;
-      const double cost = (static_cast<double>(full) * kblocks + static_cast<double>(rounds) * kbps) * unit +
-                          kFix * static_cast<double>(rounds);
-      if (cost < best_cost * (1.0 - tail_gain / 100.0)) {
-        best = {tk, kbps, static_cast<int>(full * sm_count)};
+    if (tail && full > 0 && left > 0)
+      for (int sp = 2; sp <= std::min(16, max_splits); ++sp) {
+        const int kbps = (kblocks + sp - 1) / sp, real = (kblocks + kbps - 1) / kbps;
+        const int64_t rounds = (left * real + sm_count - 1) / sm_count;
+        const double cost =
+            (static_cast<double>(full) * kblocks + static_cast<double>(rounds) * kbps) * unit +
+            kFix * static_cast<double>(rounds);
+        if (cost < best_cost * (1.0 - tail_gain / 100.0)) {
+          best = {tk, kbps, static_cast<int>(full * sm_count)};
+          best_cost = cost;
+        }
+      }
+    if (tail && stream_gain >= 0 && left > 0 && kblocks >= 16) {
+      const int64_t units = left * kblocks;
+      const int len = static_cast<int>(std::max<int64_t>(kStreamMin, (units + sm_count - 1) / sm_count));
+      const double cost = (static_cast<double>(full) * kblocks + len) * unit + kFix;
+      if (cost < best_cost * (1.0 - stream_gain / 100.0)) {
+        best = {tk, kblocks, static_cast<int>(full * sm_count), len};
         best_cost = cost;
       }
     }
@@ -159,11 +175,13 @@ int gemm_f16_decode() {
   static const int decode = [] {
     const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_DECODE");
     const std::string_view v = e ? e : "";
-    // Default 3 (H200, t = 512: the 27B GEMM launches 41.05 against 41.48 ms with 4, pp512 7843 /
-    // 7868 against 7821 / 7783 with the tail sums; docs/performance.md, "Prefill GEMM", session 7).
-    if (v.empty() || v == "3") return 3;
+    // Default 5 (H200, t = 512: the 27B GEMM launches 39.78 against 40.94 ms with 3, pp512 8496 /
+    // 8482 against 8373 / 8345, alternated; docs/performance.md, "Prefill GEMM", session 7, round
+    // 2). 3 (41.05 against 41.48 ms with 4) and 4 stay as knobs.
+    if (v.empty() || v == "5") return 5;
+    if (v == "3") return 3;
     if (v == "4") return 4;
-    fail("BONSAI_CUDA_GEMM_F16_DECODE: '{}' is not a weight decode of the fp16 GEMM (3 or 4)", v);
+    fail("BONSAI_CUDA_GEMM_F16_DECODE: '{}' is not a weight decode of the fp16 GEMM (3, 4 or 5)", v);
   }();
   return decode;
 }
@@ -177,6 +195,24 @@ int gemm_f16_tail_gain() {
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
     if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 10)
       fail("BONSAI_CUDA_GEMM_F16_TAIL_GAIN: '{}' is not a gain in percent (0 to 10)", v);
+    return n;
+  }();
+  return gain;
+}
+
+int gemm_f16_stream() {
+  static const int gain = [] {
+    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_STREAM");
+    const std::string_view v = e ? e : "";
+    // Default off (H200, t = 512: the 27B GEMM launches 41.37 ms with 1 against 40.98 without,
+    // pp512 8328.78 / 8285.19 against 8427.62 / 8335.34, alternated: a second piece per SM and up
+    // to 6 ranges per tile cost more than the model's kFix; docs/performance.md, "Prefill GEMM",
+    // session 7, round 2).
+    if (v.empty() || v == "off") return -1;
+    int n = -1;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 10)
+      fail("BONSAI_CUDA_GEMM_F16_STREAM: '{}' is not a gain in percent (0 to 10) or off", v);
     return n;
   }();
   return gain;
