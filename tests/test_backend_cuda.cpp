@@ -549,6 +549,10 @@ TEST_F(CudaOps, FusedSitesMatchComposedReference) {
   expect_close(down(nr, a2.size()), a2, 1e-6, "swiglu act");
   expect_close(down(rot, r2.size()), r2, 1e-5, "swiglu rotated");
   check_matvec(down(rot, r2.size()), "swiglu_site");
+  // Without act: the same rotated bit for bit (the kernels only skip act's store).
+  const std::vector<float> with_act = down(rot, r2.size());
+  be_->swiglu_site(dx, dd, nullptr, ds, 1024, rot, rows, n);
+  EXPECT_EQ(down(rot, r2.size()), with_act);
 }
 
 TEST_F(CudaOps, RopeAndKvStoreMatchReference) {

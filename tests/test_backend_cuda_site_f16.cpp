@@ -380,6 +380,14 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
       be.matmul(w, rotated, y, t);
       for (const float* p : {act, rotated}) keep(p, count);
       keep(y, static_cast<size_t>(t) * n);
+      // without act (the graph's form unless it dumps): the same rotated and GEMM output
+      be.swiglu_site(x, x2, nullptr, signs, block, rotated, t, k);
+      be.matmul(w, rotated, y, t);
+      keep(rotated, count);
+      keep(y, static_cast<size_t>(t) * n);
+      const size_t o = r.outs.size();
+      EXPECT_EQ(r.outs[o - 1], r.outs[o - 3]) << "t " << t << ": GEMM output without act";
+      EXPECT_EQ(r.outs[o - 2], r.outs[o - 4]) << "t " << t << ": rotated without act";
     }
     r.site_f16 = be.site_f16_launches();
     r.cluster = be.site_f16_cluster_launches();
@@ -395,8 +403,9 @@ TEST(CudaSiteF16, BackendSitesFeedTheGemmBitwise) {
   // t = 130 the first time: the residual site before any matmul of the width converts, the
   // hadamard and SwiGLU sites after it write fp16 (or skip the quantization); t = 13: never
   // (the int8 kernels), unless the fp16 GEMM takes that grid too (then the two after its first
-  // matmul); t = 1: never; t = 130 again: all three.
-  const int64_t where = gemm_f16 ? (small_f16 ? 7 : 5) : 0;
+  // matmul); t = 1: never; t = 130 again: all three. (Each SwiGLU site runs twice: with and
+  // without act.)
+  const int64_t where = gemm_f16 ? (small_f16 ? 10 : 7) : 0;
   for (const int mode : {0, 1, 2, 3, 4})
     for (const bool skip_quant : {true, false}) {
       if (mode == 0 && !skip_quant) continue;  // (the base)

@@ -128,14 +128,14 @@ void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, con
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * n;
     const float* u = up + r * n;
-    float* a = act + r * n;
+    float* a = (act ? act : rotated) + r * n;  // act null: in place (hadamard_row reads x first)
     if (isa_ == Isa::Scalar)
       for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
     else
       cpu::swiglu_avx2(g, u, a, n);  // polynomial exp: a few ulp from the reference
     if (block > 0)
       cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
-    else
+    else if (act)
       std::copy(a, a + n, rotated + r * n);
   }
 }

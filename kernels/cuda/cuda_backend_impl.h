@@ -242,6 +242,7 @@ struct CudaBackend::Impl {
   }
   // Every op reports what it wrote, so the cached quantizations never go stale.
   void wrote(const void* p, size_t bytes) {
+    if (!p) return;  // an output the caller did not ask for (swiglu_site's act)
     const auto* a = static_cast<const uint8_t*>(p);
     auto overlaps = [&](const float* src, int64_t rows, int64_t k) {
       const auto* s = reinterpret_cast<const uint8_t*>(src);

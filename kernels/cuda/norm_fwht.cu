@@ -143,7 +143,7 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
     if (up) {
       const float4 u1 = ld4(up + off + i);
       v1 = make_float4(silu(v1.x) * u1.x, silu(v1.y) * u1.y, silu(v1.z) * u1.z, silu(v1.w) * u1.w);
-      st4(act + off + i, v1);
+      if (act) st4(act + off + i, v1);  // null: nobody reads it (Backend::swiglu_site)
     }
     float4 o = fwht_regs(!inverse && signs ? mul4(v1, sg1) : v1, buf, block);
     o = scale4(o, 1.0f / sqrtf(static_cast<float>(block)));
@@ -173,7 +173,7 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
     if (up) {
       v[r] = make_float4(silu(v[r].x) * u[r].x, silu(v[r].y) * u[r].y, silu(v[r].z) * u[r].z,
                          silu(v[r].w) * u[r].w);
-      st4(act + off + i, v[r]);
+      if (act) st4(act + off + i, v[r]);  // null: nobody reads it (Backend::swiglu_site)
     }
     st4(buf + i, !inverse && signs ? mul4(v[r], sg[r]) : v[r]);
   }

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(256) site_f16_kernel(SiteF16Args a, int k, int
         if constexpr (KIND == SiteF16Kind::swiglu) {
           const float4 u = ld4(a.up + row + col);
           w = make_float4(silu(w.x) * u.x, silu(w.y) * u.y, silu(w.z) * u.z, silu(w.w) * u.w);
-          st4(a.act + row + col, w);
+          if (a.act) st4(a.act + row + col, w);  // null: nobody reads it (Backend::swiglu_site)
         }
         v[b] = a.signs ? mul4(w, ld4(a.signs + col)) : w;
       }

@@ -457,7 +457,8 @@ void Graph::ffn(int il, int t, int pos0) {
   const Weight* proj[] = {&L.ffn_gate, &L.ffn_up};
   float* proj_out[] = {s.fg, s.fu};
   be_.matmul_multi(proj, s.xr, proj_out, t);
-  be_.swiglu_site(s.fg, s.fu, s.fa, signs_for(F), block_, s.far, t, F);
+  // act (s.fa) only for a dump: without one nothing reads it, and the site skips its store.
+  be_.swiglu_site(s.fg, s.fu, dump_dir_.empty() ? nullptr : s.fa, signs_for(F), block_, s.far, t, F);
   name("ffn_swiglu", il, s.fa, F, t, pos0);
   be_.matmul(L.ffn_down, s.far, s.ffo, t);
   name("ffn_out", il, s.ffo, E, t, pos0);
