@@ -14,6 +14,21 @@
 #include "kernels/cuda/gdn_pipe.h"
 
 namespace bonsai {
+
+namespace {
+
+// The GDN kernels' shape fields: t tokens of the layer's heads (GdnFused, kernels/cuda/launch.h).
+void gdn_shape(cuda::GdnFused& f, const GdnShape& s, int t) {
+  f.t = t;
+  f.n_k = s.n_k;
+  f.n_v = s.n_v;
+  f.d_k = s.d_k;
+  f.d_v = s.d_v;
+  f.eps = s.eps;
+}
+
+}  // namespace
+
 void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
   impl_->flush();
   Impl& m = *impl_;
@@ -157,12 +172,7 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
     f.dt_bias = m.dev(*a.dt_bias).f32();
     f.state = a.state;
     f.out = a.o;
-    f.t = t;
-    f.n_k = s.n_k;
-    f.n_v = s.n_v;
-    f.d_k = s.d_k;
-    f.d_v = s.d_v;
-    f.eps = s.eps;
+    gdn_shape(f, s, t);
     if (const size_t need = cuda::gdn_walk_scratch_bytes(f)) {  // BONSAI_CUDA_WALK=6 (gdn_tc2.cu)
       m.gdn_scratch.grow(need, "GDN walk scratch");
       f.scratch = m.gdn_scratch.as<float>();
@@ -210,12 +220,7 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   f.norm_eps = a.norm_eps;
   f.out = a.out;
   f.transpose = a.grouped;
-  f.t = t;
-  f.n_k = s.n_k;
-  f.n_v = s.n_v;
-  f.d_k = s.d_k;
-  f.d_v = s.d_v;
-  f.eps = s.eps;
+  gdn_shape(f, s, t);
   f.state_early = m.step_recording;
   f.state_stream = m.gdn_stream;
   cuda::gdn_fused(f, m.stream);
@@ -270,12 +275,7 @@ void CudaBackend::gdn_recurrence(const float* conv, const float* g, const float*
   p.f.beta = beta;
   p.f.state = state;
   p.f.out = out;
-  p.f.t = t;
-  p.f.n_k = s.n_k;
-  p.f.n_v = s.n_v;
-  p.f.d_k = s.d_k;
-  p.f.d_v = s.d_v;
-  p.f.eps = s.eps;
+  gdn_shape(p.f, s, t);
   m.wrote(state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
   m.wrote(out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
 }
