@@ -1,7 +1,7 @@
 // CudaBackend's ops of the two mixers (kernels/cuda/cuda_backend.h): the attention layer (rope,
 // cache rows, attention and its fused site: attention.cu, attention_mma.cu) and the GatedDeltaNet
 // layer (conv, gates, recurrence, gated norm and the fused site: gdn.cu, gdn_walk.cu,
-// gdn_chunked.cu, gdn_ab_mma.cu, gdn_pipe.cu). Split from cuda_backend.cpp (the memory, weight, matmul and
+// gdn_tc2.cu, gdn_ab_mma.cu, gdn_pipe.cu). Split from cuda_backend.cpp (the memory, weight, matmul and
 // norm/FWHT site ops) to keep both files readable; they share CudaBackend::Impl (cuda_backend_impl.h).
 #include <algorithm>
 #include <cstdlib>

@@ -1,16 +1,22 @@
 // Prefill: the gated delta rule in the chunked form on the tensor cores, split into two kernels
 // as flash-linear-attention's chunk_gated_delta_rule (BONSAI_CUDA_WALK=6). Per chunk of C = 32
 // tokens, with S0 the state [d_k][d_v] at the chunk start, G_i the cumulative log-decay inside
-// the chunk and β_i (gdn_tc.cu derives the one-kernel form):
+// the chunk (G_i = Σ_{m<=i} log decay_m) and β_i:
 //     A_ij = β_i e^{G_i−G_j} k_i·k_j (j < i),  T = (I + A)^{-1},  Mq_ij = e^{G_i−G_j} q_i·k_j (j <= i)
 //     W = T·(β e^{G} K),  U = T·(β V)                              (no state: kernel A)
 //     u = U − W·S0,  o = e^{G} (Q·S0) + Mq·u,  S_C = e^{G_C} S0 + (e^{G_C−G} ⊙ K)ᵀ·u   (kernel B)
-// u = T·β(V − e^{G} K·S0) is gdn_tc.cu's T·R with the product by T moved before the one by S0.
+// (kernels/cpu/gdn_chunked.h derives the chunked form: the walk's δ_i = β_i (v_i − S_{i−1}ᵀk_i)
+// with the state before token i's update written through S0 and the earlier δ_j gives
+// u = T·β(V − e^{G} K·S0); here the product by T comes before the one by S0, so that it needs no
+// state.) Decays appear only as e^{G_i−G_j}, j <= i, e^{G_i} and e^{G_C} (all <= 1); G is summed
+// in double so that e^{G_i−G_j} carries only the rounding of the per-token log-decays, as the
+// walk's product of decays does.
 //
 // Kernel A (gdn_tc2_prep_kernel): block per (value head, chunk), 768 blocks at t = 512 for the
-// 27B. Gates and G (prefix sum in double), the k·k / q·k tiles, T (blockwise, as gdn_tc.cu),
-// W | U = T·[β e^{G} K | β V]; writes W [C][d_k], U [C][d_v], Mq [C][C] and the decay factors
-// e^{G_i}, e^{G_C−G_j}, e^{G_C} (floats of the double G) to the per-(head, chunk) scratch.
+// 27B. Gates and G (prefix sum in double), the k·k / q·k tiles, T blockwise (its 16x16 diagonal
+// blocks by forward substitution, T21 = −T22·(A21·T11)), W | U = T·[β e^{G} K | β V]; writes
+// W [C][d_k], U [C][d_v], Mq [C][C] and the decay factors e^{G_i}, e^{G_C−G_j}, e^{G_C} (floats of
+// the double G) to the per-(head, chunk) scratch.
 //
 // Kernel B (gdn_tc2_walk_kernel): block per (value head, 64 state columns), 8 warps, serial over
 // the chunks, staging chunk n+1's W, q, k (from conv), U slice, Mq and factors by cp.async during
@@ -22,10 +28,15 @@
 //   P2  the Q warps: o = e^{G} Q·S0 + Mq·u (to global); every warp: its state rows
 //       S ← e^{G_C} S + Kdᵀ·u, then their split copy.                       (barrier: next chunk)
 //
-// Numerics: the products are gdn_tc.cu's split TF32 ("3xTF32", tf32_split.cuh), state fp32.
-// Each output / state element sums the same number of product terms as in gdn_tc.cu (d_k for the
-// products with S0, C for those with T and Mq), so the test holds kernel 6 to kernel 5's tolerance
-// (tests/test_backend_cuda_wy.cpp). Decays only as e^{G_i−G_j} (j <= i), e^{G_i}, e^{G_C} (<= 1).
+// Numerics. Every product is an mma.sync m16n8k8 TF32 in the split form ("3xTF32",
+// tf32_split.cuh): x = hi + lo + r with hi = tf32(x), lo = tf32(x − hi), |r| <= 2^-22|x|; x·y is
+// formed as lo_x·hi_y + hi_x·lo_y + hi_x·hi_y (each exact in fp32), dropping lo_x·lo_y and the
+// residues: <= 3·2^-22 |x y| per term, then fp32 accumulation (<= 2^-23 per add: the tensor core
+// need not round to nearest). So every dot product is within (3·2^-22 + n·2^-23)·Σ|x_k y_k| of the
+// exact one, the fp32 SIMT form's n·2^-24 up to a constant factor; the state is fp32 throughout.
+// Each output / state element sums d_k terms in the products with S0 and C in those with T and
+// Mq; tests/test_backend_cuda_wy.cpp holds outputs and state to the token kernel's within the
+// bound derived from this.
 //
 // The default walk from 512 tokens (gdn_walk.cu). H200, one 27B layer at t = 512 (ncu): kernel A
 // 45.6 us (3 blocks per SM), kernel B 117.0 us, against the chunked walk's 191 us. What limits B

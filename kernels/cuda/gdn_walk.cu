@@ -7,9 +7,8 @@
 // Two kernels with the same arithmetic per state column (bit-identical results):
 //  - gdn_walk_token_kernel, one token at a time: every thread loads and gates each token
 //    itself and forms k·q over its rows (the same value in every column).
-//  - gdn_walk_chunk_kernel (default below 512 tokens; BONSAI_CUDA_WALK=3/4: the WY form,
-//    gdn_chunked.cu; 5: the chunked form on the tensor cores, gdn_tc.cu; 6, the default from 512
-//    tokens: the same in two kernels, gdn_tc2.cu):
+//  - gdn_walk_chunk_kernel (default below 512 tokens; from 512 tokens the chunked form on the
+//    tensor cores runs instead: BONSAI_CUDA_WALK=6, gdn_tc2.cu):
 //    the inputs of 32 tokens at a time copied into shared
 //    memory by cp.async one chunk ahead; per chunk the block forms each token's gates and k·q
 //    partials once; q and k read as 16-byte broadcasts. Per token and thread: 32 FMULs (the
@@ -378,27 +377,25 @@ void launch_chunked(const GdnFused& p, cudaStream_t s) {
 }
 
 // BONSAI_CUDA_WALK: 0 the token kernel, 1 the chunked kernel with one column per thread, 2 with
-// two, 3 the chunked (WY) form on 32 columns per block, 4 on 64 (kernels/cuda/gdn_chunked.cu), 5
-// the chunked form on the tensor cores (kernels/cuda/gdn_tc.cu), 6 the same in two kernels
-// (kernels/cuda/gdn_tc2.cu); unset or empty: the default (6 from kTc2MinTokens tokens when the
-// caller gives the scratch, else kWalkDefault). Anything else is an error. Read once per process.
+// two, 6 the chunked form on the tensor cores in two kernels (kernels/cuda/gdn_tc2.cu); unset or
+// empty: the default (6 from kTc2MinTokens tokens when the caller gives the scratch, else
+// kWalkDefault). Anything else is an error. Read once per process. (3 / 4, the fp32 WY form of
+// session 6, and 5, the one-kernel tensor-core form, were measured slower and removed in session 7:
+// git history, gdn_chunked.cu and gdn_tc.cu; docs/performance.md keeps their figures.)
 constexpr int kWalkDefault = 1;
 // The two-kernel tensor-core form from this many tokens on: measured faster at t = 512 and 1024 on
 // the H200 (27B layer at t = 512: 45.6 + 117.0 us against 191 us; docs/performance.md, session 7);
 // shorter batches are not measured and keep kWalkDefault.
 constexpr int kTc2MinTokens = 512;
-// The WY form from this many tokens on (below: the chunked walk, one partial chunk either way).
-constexpr int kWyMinTokens = 32;
 
 int walk_kernel_env() {
   static const int k = [] {
     const char* e = std::getenv("BONSAI_CUDA_WALK");
     if (!e || !*e) return -1;
-    if (e[0] >= '0' && e[0] <= '6' && e[1] == 0) return e[0] - '0';
+    if ((e[0] == '0' || e[0] == '1' || e[0] == '2' || e[0] == '6') && e[1] == 0) return e[0] - '0';
     fail(
-        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2, 3, 4, 5 or 6 (token walk, chunked walk with 1 or 2 columns "
-        "per thread, WY form on 32 or 64 columns per block, chunked form on the tensor cores in one or two "
-        "kernels)",
+        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2 or 6 (token walk, chunked walk with 1 or 2 columns per "
+        "thread, chunked form on the tensor cores)",
         e);
   }();
   return k;
@@ -407,7 +404,7 @@ int walk_kernel_env() {
 int pick_kernel(const GdnFused& p, int kernel) {
   if (kernel < 0) {
     kernel = walk_kernel_env();
-    if (kernel < 0) kernel = p.t >= kTc2MinTokens ? 6 : p.t >= kWyMinTokens ? kWalkDefault : 1;
+    if (kernel < 0) kernel = p.t >= kTc2MinTokens ? 6 : kWalkDefault;
   }
   return kernel;
 }
@@ -423,14 +420,6 @@ void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel) {
   kernel = pick_kernel(p, kernel);
   if (kernel == 6) {
     if (p.scratch && gdn_walk_tc2_supported(p)) return gdn_walk_tc2(p, s);
-    kernel = 1;
-  }
-  if (kernel == 5) {
-    if (gdn_walk_tc_supported(p)) return gdn_walk_tc(p, s);
-    kernel = 1;
-  }
-  if (kernel >= 3) {
-    if (gdn_walk_wy_supported(p, kernel - 2)) return gdn_walk_wy(p, s, kernel - 2);
     kernel = 1;
   }
   // cp.async needs 16-byte aligned rows (d_k, d_v multiples of 32 keep the offsets aligned)

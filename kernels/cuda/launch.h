@@ -278,21 +278,13 @@ void gdn_conv_norm(const float* qkv, const float* conv_state, const float* conv_
 void gdn_walk(const GdnFused& p, cudaStream_t s);
 // kernel: 0 one token at a time, 1 chunks of tokens staged in shared memory (one column per
 // thread), 2 the same with two columns per thread; all the same arithmetic, bit-identical
-// (kernels/cuda/gdn_walk.cu). 3 / 4: the chunked (WY) form on blocks of 32 / 64 state columns
-// (kernels/cuda/gdn_chunked.cu; equal up to summation order; 1 where gdn_walk_wy_supported is
-// false). 5: gdn_walk_tc (1 where unsupported). 6: gdn_walk_tc2. The two-argument form: BONSAI_CUDA_WALK,
-// default 6 from kTc2MinTokens tokens (with p.scratch), else kWalkDefault (gdn_walk.cu).
+// (kernels/cuda/gdn_walk.cu). 6: gdn_walk_tc2 (equal up to summation order and the split TF32
+// products' rounding; 1 where unsupported). The two-argument form: BONSAI_CUDA_WALK, default 6 from
+// kTc2MinTokens tokens (with p.scratch), else kWalkDefault (gdn_walk.cu).
 void gdn_walk(const GdnFused& p, cudaStream_t s, int kernel);
-// The WY form on blocks of 32·cs columns (cs 1 or 2): d_k in {32, 64, 128, 256}, 16-byte aligned conv.
-bool gdn_walk_wy_supported(const GdnFused& p, int cs);
-void gdn_walk_wy(const GdnFused& p, cudaStream_t s, int cs);
-// gdn_walk kernel 5: the chunked form with 3xTF32 mma.sync products (kernels/cuda/gdn_tc.cu; equal
-// up to summation order and the split products' rounding): d_k in {32, 64, 128}, d_v % 32 == 0,
-// 16-byte aligned conv.
-bool gdn_walk_tc_supported(const GdnFused& p);
-void gdn_walk_tc(const GdnFused& p, cudaStream_t s);
-// gdn_walk kernel 6: the same products split into a kernel parallel over (value head, chunk) and
-// the serial one with the state products (kernels/cuda/gdn_tc2.cu); needs p.scratch with
+// gdn_walk kernel 6: the chunked form with 3xTF32 mma.sync products in a kernel parallel over
+// (value head, chunk) and the serial one with the state products (kernels/cuda/gdn_tc2.cu); d_k in
+// {32, 64, 128}, d_v % 32 == 0, 16-byte aligned conv; needs p.scratch with
 // gdn_walk_tc2_scratch_floats(p) floats (1 where unsupported or without it).
 bool gdn_walk_tc2_supported(const GdnFused& p);
 size_t gdn_walk_tc2_scratch_floats(const GdnFused& p);
