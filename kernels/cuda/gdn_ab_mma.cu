@@ -39,6 +39,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_ab_mma.h"
+#include "kernels/cuda/tf32_split.cuh"
 
 namespace bonsai::cuda {
 namespace {
@@ -46,25 +47,9 @@ namespace {
 constexpr int kTok = 16;  // tokens per block: one m16 tile
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// x = hi + lo + r, |r| <= 2^-22·|x| (both TF32 bit patterns)
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = to_tf32(x);
-  lo = to_tf32(x - __uint_as_float(hi));
-}
-
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using tc::mma_tf32;  // kernels/cuda/tf32_split.cuh
+using tc::split_tf32;
+using tc::to_tf32;
 
 // Elements c .. c+3 of a raw row (c % 4 == 0; the row aligned as gdn_ab_mma_fits requires).
 template <RawType T>

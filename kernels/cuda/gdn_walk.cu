@@ -20,6 +20,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/tf32_split.cuh"
 
 namespace bonsai::cuda {
 namespace {
@@ -140,18 +141,11 @@ __global__ void __launch_bounds__(512) gdn_walk_token_kernel(GdnFused p) {
   }
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, asynchronously; bytes < 16 zero-fills the rest.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+using tc::cp_async16;  // cp.async staging (kernels/cuda/tf32_split.cuh)
+using tc::cp_async4;
+using tc::cp_commit;
+using tc::cp_wait_all;
+using tc::smem_u32;
 
 // Shared memory of gdn_walk_chunk_kernel, in floats, for chunks of C tokens (C even, <= 32):
 // two chunk buffers, each q|k [C][QS] (QS = 2·d_k + 4: the 16-byte pad puts the rows of

@@ -1,7 +1,8 @@
-// Used by the chunked GDN walk on the tensor cores (gdn_tc2.cu): cp.async staging,
-// mma.sync m16n8k8 TF32 and its split ("3xTF32") form: x = hi + lo + r with hi = tf32(x),
-// lo = tf32(x − hi), |r| <= 2^-22·|x|; x·y as lo_x·hi_y + hi_x·lo_y + hi_x·hi_y (each exact in
-// fp32), <= 3·2^-22 |x y| per term, fp32 accumulation.
+// Shared by the GDN kernels (gdn_tc2.cu, gdn_walk.cu, gdn_ab_mma.cu): cp.async staging (16 bytes:
+// bytes < 16 zero-fill the rest), mma.sync m16n8k8 TF32 and its split ("3xTF32") form:
+// x = hi + lo + r with hi = tf32(x), lo = tf32(x − hi), |r| <= 2^-22·|x|; x·y as
+// lo_x·hi_y + hi_x·lo_y + hi_x·hi_y (each exact in fp32), <= 3·2^-22 |x y| per term, fp32
+// accumulation.
 #pragma once
 
 #include <cstdint>
