@@ -11,7 +11,8 @@
 // against legacy, and which fix-up each launch takes; FpOpsNeverReturnTheEmptySlotWord: the
 // flag-free fix-up's sentinel is no result of FADD / FMUL / FFMA. Needs a device with sm_90
 // code (Hopper); skips with the reason otherwise. With BONSAI_CUDA_BENCH=1, CudaBench.
-// MatvecKernelsOneShape times the three kernels on one shape (A/B in one process; profiling).
+// MatvecKernelsOneShape times the three kernels (ws with both consumer loops) on one shape (A/B
+// in one process; profiling).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -336,6 +337,129 @@ TEST(CudaMatvecKernels, FixupsMatchBitwise) {
   }
 }
 
+// The ws kernel's two consumer loops (BONSAI_CUDA_MV_LOOP, launch.h matvec_ws_loop: loop 1's
+// decode keeps rows g + 8 at 4x and shifts the integer back, its ring and activation
+// addresses are walked differently) must give the same floats bit for bit, whatever the fix-up:
+// the 27B's matvec shapes (K x N, t = 1 as in decode and t = 4) and odd ones (several jobs, odd
+// row counts, G = 2, one k-block, groups shared by 136 warps, two token groups, a plan for 4x
+// the SMs: the last-arriver fallback), under the fix-ups first, last, slots and, with one job,
+// defer (then the unsummed y and the slots in `partial` must match too). The comparison with
+// the reference (legacy) is WsAndBulkMatchLegacyBitwise / FixupsMatchBitwise, run under either
+// loop by the knob.
+TEST(CudaMatvecKernels, WsLoopsMatchBitwise) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const int sms = sm_count();
+  struct Case {
+    int groups;
+    std::vector<int64_t> ns;
+    int64_t k;
+    std::vector<int> ts;
+    int plan_sms;
+  };
+  const Case cases[] = {
+      {1, {10240}, 5120, {1, 4}, sms},                 // a 27B shape
+      {1, {6144}, 5120, {1}, sms},                     // a 27B shape
+      {1, {12288}, 5120, {1}, sms},                    // a 27B shape
+      {1, {1024}, 5120, {1, 4}, sms},                  // a 27B shape
+      {1, {17408}, 5120, {1}, sms},                    // a 27B shape
+      {1, {5120}, 6144, {1, 4}, sms},                  // a 27B shape
+      {1, {5120}, 17408, {1}, sms},                    // a 27B shape
+      {1, {77, 300, 33, 1000}, 5120, {1, 2, 3}, sms},  // 4 jobs, odd n
+      {2, {130, 61, 1001}, 2048, {1, 2, 3, 4}, sms},   // G = 2
+      {2, {67}, 6144, {1, 3}, sms},                    // one group over many warps, G = 2
+      {1, {40000}, 128, {1, 4}, sms},                  // one k-block: whole groups per warp
+      {1, {64}, 17408, {1, 2}, sms},                   // one group shared by 136 warps
+      {1, {1000}, 5120, {5, 8}, sms},                  // two token groups: last
+      {1, {10240}, 5120, {1}, 4 * sms},                // more blocks than resident: last
+  };
+  int compared = 0;
+  for (const Case& cs : cases) {
+    const int64_t k = cs.k, kb = k / cuda::kBlockK;
+    DevMem mem;
+    auto dalloc = [&](size_t bytes) { return mem.alloc(bytes); };
+    std::mt19937 rng(static_cast<uint32_t>(5 * k + cs.groups));
+    cuda::TiledJobs jobs;
+    for (const int64_t n : cs.ns) {
+      const auto raw = random_rows(cs.groups, n, k, rng);
+      auto* draw = static_cast<uint8_t*>(dalloc(raw.size()));
+      cudaMemcpy(draw, raw.data(), raw.size(), cudaMemcpyHostToDevice);
+      jobs.job[jobs.count].w = tiled_weight(mem, draw, cs.groups, n, k);
+      jobs.job[jobs.count].n = static_cast<int>(n);
+      ++jobs.count;
+    }
+    for (const int t : cs.ts) {
+      auto x = randn(static_cast<size_t>(t) * k, 31 + t, 3.0f);
+      auto* dx = static_cast<float*>(dalloc(x.size() * 4));
+      cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+      auto* xq = static_cast<uint8_t*>(dalloc(static_cast<size_t>(t) * kb * cuda::kActBytes));
+      auto* meta = static_cast<float4*>(dalloc(static_cast<size_t>(t) * kb * sizeof(float4)));
+      cuda::quantize_act(dx, xq, meta, t, k, nullptr);
+      size_t partial_floats = 0, counter_count = 0;
+      cuda::matvec_tiled_scratch(jobs, t, k, cs.plan_sms, &partial_floats, &counter_count);
+      auto* partial = static_cast<float*>(dalloc(partial_floats * 4));
+      auto* counters = static_cast<int*>(dalloc(counter_count * 4));
+      auto* slots = static_cast<float*>(dalloc(partial_floats * 4));
+      cudaMemset(counters, 0, counter_count * 4);
+      cudaMemset(slots, 0xff, partial_floats * 4);  // every word empty (0xFFFFFFFF)
+      const std::string what = "G " + std::to_string(cs.groups) + " k " + std::to_string(k) + " n " +
+                               std::to_string(cs.ns[0]) + " t " + std::to_string(t) + " jobs " +
+                               std::to_string(jobs.count) + " plan SMs " + std::to_string(cs.plan_sms);
+      EXPECT_GE(cuda::matvec_ws_ring(cs.groups, t, k), 2) << what << ": the launch would run bulk";
+      std::vector<cuda::MatvecFixup> fixups = {cuda::MatvecFixup::first, cuda::MatvecFixup::last,
+                                               cuda::MatvecFixup::slots};
+      if (jobs.count == 1) fixups.push_back(cuda::MatvecFixup::defer);
+      for (const cuda::MatvecFixup fixup : fixups) {
+        std::vector<std::vector<float>> ys[2];
+        std::vector<float> parts[2];
+        cuda::MatvecFixup used[2] = {};
+        for (int loop = 0; loop < 2; ++loop) {
+          cuda::TiledJobs out = jobs;
+          for (int j = 0; j < jobs.count; ++j) {
+            const size_t bytes = static_cast<size_t>(t) * jobs.job[j].n * 4;
+            out.job[j].y = static_cast<float*>(dalloc(bytes));
+            cudaMemset(out.job[j].y, 0xff, bytes);  // unwritten
+          }
+          cudaMemset(partial, 0, partial_floats * 4);
+          cuda::SplitSums split;
+          used[loop] = cuda::matvec_tiled(out, cs.groups, xq, meta, t, k, cs.plan_sms, partial, counters,
+                                          nullptr, true, cuda::MatvecKernel::ws, fixup, slots, &split, loop);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << " loop " << loop;
+          for (int j = 0; j < jobs.count; ++j) {
+            ys[loop].emplace_back(static_cast<size_t>(t) * jobs.job[j].n);
+            cudaMemcpy(ys[loop].back().data(), out.job[j].y, ys[loop].back().size() * 4,
+                       cudaMemcpyDeviceToHost);
+          }
+          parts[loop].resize(partial_floats);
+          cudaMemcpy(parts[loop].data(), partial, partial_floats * 4, cudaMemcpyDeviceToHost);
+          std::vector<int> left(counter_count);
+          cudaMemcpy(left.data(), counters, left.size() * 4, cudaMemcpyDeviceToHost);
+          for (size_t i = 0; i < left.size(); ++i)
+            ASSERT_EQ(left[i], 0) << what << " loop " << loop << " counter " << i;
+        }
+        const std::string f = what + " fix-up " + std::to_string(static_cast<int>(fixup));
+        ASSERT_EQ(static_cast<int>(used[0]), static_cast<int>(used[1])) << f;
+        const bool deferred = used[0] == cuda::MatvecFixup::defer;
+        for (int j = 0; j < jobs.count; ++j)
+          for (size_t i = 0; i < ys[0][j].size(); ++i) {
+            uint32_t bits = 0;
+            std::memcpy(&bits, &ys[1][j][i], 4);
+            if (!deferred) {
+              ASSERT_NE(bits, 0xFFFFFFFFu) << f << " job " << j << " i " << i << " unwritten";
+            }
+            ASSERT_EQ(std::memcmp(&ys[0][j][i], &ys[1][j][i], 4), 0)
+                << f << " job " << j << " i " << i << ": " << ys[0][j][i] << " (loop 0) vs " << ys[1][j][i];
+          }
+        if (deferred) {
+          ASSERT_EQ(std::memcmp(parts[0].data(), parts[1].data(), partial_floats * 4), 0)
+              << f << ": slots differ";
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
 // The flag-free fix-up's empty word 0xFFFFFFFF (a NaN) must be no result of the arithmetic a
 // slot's sum comes from: FADD, FMUL, FFMA (round to nearest), here for every triple of NaNs
 // (quiet and signalling, both signs, the empty word itself, the canonical 0x7FFFFFFF), +-Inf,
@@ -426,13 +550,20 @@ TEST(CudaBench, MatvecKernelsOneShape) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   std::printf("| kernel | K | N | MB | us | GB/s |\n|---|---|---|---|---|---|\n");
-  const std::pair<const char*, cuda::MatvecKernel> kernels[] = {{"legacy", cuda::MatvecKernel::legacy},
-                                                                {"bulk", cuda::MatvecKernel::bulk},
-                                                                {"ws", cuda::MatvecKernel::ws}};
-  for (const auto& [name, kernel] : kernels) {
+  struct Kernel {
+    const char* name;
+    cuda::MatvecKernel kernel;
+    int ws_loop;  // BONSAI_CUDA_MV_LOOP
+  };
+  const Kernel kernels[] = {{"legacy", cuda::MatvecKernel::legacy, 1},
+                            {"bulk", cuda::MatvecKernel::bulk, 1},
+                            {"ws loop 0", cuda::MatvecKernel::ws, 0},
+                            {"ws loop 1", cuda::MatvecKernel::ws, 1}};
+  for (const auto& [name, kernel, ws_loop] : kernels) {
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     for (const cuda::TiledJobs& j : jobs)
-      cuda::matvec_tiled(j, 1, xq, meta, 1, k, sms, partial, counters, s, true, kernel);
+      cuda::matvec_tiled(j, 1, xq, meta, 1, k, sms, partial, counters, s, true, kernel, cuda::matvec_fixup(),
+                         nullptr, nullptr, ws_loop);
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
     cudaGraphExec_t exec = nullptr;

@@ -109,6 +109,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
+  cuda::matvec_ws_loop();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   m.step_mem = device_alloc(2 * sizeof(int), "step parameters");
   m.step_dev = static_cast<int*>(m.step_mem.get());

@@ -50,6 +50,11 @@ bool matvec_kernel_available(MatvecKernel kernel);
 // slot after its math, 2 the producer's lanes wait together, 4 the activation staged in shared
 // memory, 8 two producer warps (else one), 16 no activation prefetch. Read once per process.
 int matvec_ws_variant();
+// The ws kernel's consumer loop, BONSAI_CUDA_MV_LOOP (0 or 1, default 1; any other value is an
+// error; both bit-identical; matvec_ws.cu, consume_v1): 1 the loop with the shorter decode and
+// ring bookkeeping (default protocol only: variants with bit 1, 4 or 16 run loop 0), 0 the loop
+// of sessions 5 and 6. Read once per process.
+int matvec_ws_loop();
 // How the bulk and ws kernels sum a row group split between warps (kernels/cuda/
 // matvec_common.cuh, finish_pair; all give the same floats): last, the last warp to arrive
 // adds every warp's slot; first, the group's first warp waits for the others' slots (they
@@ -84,7 +89,8 @@ struct SplitSums {
 // them. slots: the slots fix-up's scratch, partial_floats words (matvec_tiled_scratch) that
 // are all 0xFFFFFFFF before the launch (a byte memset of 0xFF) and that the launch leaves so;
 // never share it with anything else (partial may be shared: its contents do not matter).
-// Without it (nullptr) fixup slots runs first. Returns the fix-up the launch uses.
+// Without it (nullptr) fixup slots runs first. ws_loop: the ws kernel's consumer loop
+// (matvec_ws_loop unless a test compares them). Returns the fix-up the launch uses.
 // fixup defer needs `split` and one job (else first runs); where it is used (the returned
 // fix-up), *split describes the unsummed y: add it with matvec_split_sum or a consumer that
 // reads SplitSums (residual_norm_site_split) before anything else reads y.
@@ -92,7 +98,7 @@ MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, c
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
                          MatvecFixup fixup = matvec_fixup(), float* slots = nullptr,
-                         SplitSums* split = nullptr);
+                         SplitSums* split = nullptr, int ws_loop = matvec_ws_loop());
 // y of a deferred matvec: the split groups' slots added into y (kernels/cuda/split_sums.cu).
 void matvec_split_sum(const SplitSums& y, cudaStream_t s);
 // Device check of the flag-free fix-up's sentinel (tests): for i < n, out[3i..3i+2] = the

@@ -465,7 +465,7 @@ template <int G>
 MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                           const float4* meta, int t, int kblocks, float* partial, int* counters,
                           cudaStream_t s, bool evict_first, MatvecKernel kernel, MatvecFixup fixup,
-                          float* slots) {
+                          float* slots, int ws_loop) {
   if (fixup == MatvecFixup::slots && slots == nullptr) fixup = MatvecFixup::first;
   int code = fixup == MatvecFixup::slots   ? kFixupSlots
              : fixup == MatvecFixup::first ? kFixupFirst
@@ -482,7 +482,7 @@ MatvecFixup launch_matvec(const StreamPlan& p, dim3 grid, const TiledJobs& jobs,
   if (kernel == MatvecKernel::ws) {
     int ws_code = code;
     if (launch_matvec_ws(G, p, grid, jobs, xq, meta, t, kblocks, partial, slots, counters, s, evict_first,
-                         matvec_config().blocks_per_sm, ws_code)) {
+                         matvec_config().blocks_per_sm, ws_code, ws_loop)) {
       code = ws_code;
       return used();
     }
@@ -538,15 +538,16 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first, MatvecKernel kernel, MatvecFixup fixup, float* slots,
-                         SplitSums* split) {
+                         SplitSums* split, int ws_loop) {
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (fixup == MatvecFixup::defer && (split == nullptr || jobs.count != 1)) fixup = MatvecFixup::first;
-  const MatvecFixup used = groups == 2 ? launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial,
-                                                          counters, s, evict_first, kernel, fixup, slots)
-                                       : launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial,
-                                                          counters, s, evict_first, kernel, fixup, slots);
+  const MatvecFixup used = groups == 2
+                               ? launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s,
+                                                  evict_first, kernel, fixup, slots, ws_loop)
+                               : launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s,
+                                                  evict_first, kernel, fixup, slots, ws_loop);
   if (used == MatvecFixup::defer) {
     SplitSums& o = *split;
     o.partial = partial;

@@ -327,10 +327,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // kBlocksPerSm blocks per SM: then the caller runs the bulk kernel (same results).
 // fixup: in, the fix-up asked for (kFixup*, finish_pair); out, the one the launch uses
 // (kFixupLast unless first_sums_safe). The kernel's slots are `slots` (the sentinel scratch)
-// for kFixupSlots, else `partial`.
+// for kFixupSlots, else `partial`. loop: the consumer loop (launch.h, matvec_ws_loop).
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                       const float4* meta, int t, int kblocks, float* partial, float* slots, int* counters,
-                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup);
+                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup, int loop);
 // Whether a launch of `kernel` (its max dynamic shared memory already set) may use the
 // first-rank or flag-free fix-up (finish_pair): only if every block of the launch is resident at once, since
 // rank 0 spins on warps of later blocks. That holds when the grid is one token group

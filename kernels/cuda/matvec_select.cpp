@@ -1,5 +1,6 @@
 // BONSAI_CUDA_MV: which kernel runs the ternary matvec (kernels/cuda/launch.h, matvec_kernel);
-// BONSAI_CUDA_MV_WS: the ws kernel's protocol variant (matvec_ws_variant); BONSAI_CUDA_MV_FIXUP:
+// BONSAI_CUDA_MV_WS: the ws kernel's protocol variant (matvec_ws_variant); BONSAI_CUDA_MV_LOOP: its
+// consumer loop (matvec_ws_loop); BONSAI_CUDA_MV_FIXUP:
 // the split fix-up of the bulk and ws kernels (matvec_fixup).
 #include <charconv>
 #include <cstdlib>
@@ -48,6 +49,19 @@ int matvec_ws_variant() {
     return n;
   }();
   return variant;
+}
+
+int matvec_ws_loop() {
+  static const int loop = [] {
+    const char* e = std::getenv("BONSAI_CUDA_MV_LOOP");
+    const std::string_view v = e ? e : "";
+    // Default 1: the consumer loop with the shorter decode and ring bookkeeping, bit-identical
+    // (docs/performance.md, "the ws matvec's consumer loop").
+    if (v.empty() || v == "1") return 1;
+    if (v != "0") fail("BONSAI_CUDA_MV_LOOP: '{}' is not a ws matvec consumer loop (0 or 1)", v);
+    return 0;
+  }();
+  return loop;
 }
 
 MatvecFixup matvec_fixup() {

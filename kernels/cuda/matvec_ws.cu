@@ -74,11 +74,131 @@ __device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
 }
 #endif
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// unit_dot with fewer instructions per 32-bit code word (the consumer loop of kLoop 1): the
+// four A registers of one k32 step are v & 0x03.., v & 0x0C.., h & 0x03.., h & 0x0C.. with
+// h = v >> 4: 1 shift + 4 LOP3 instead of 3 shifts + 4 ANDs. The two registers of rows g + 8
+// (a1, a3) then hold 4x the codes (0, 4, 8, 12: still u8), so C rows g + 8 (c[2], c[3]) are
+// exactly 4x unit_dot's (integer sums, no rounding): multiples of 4 with |c| <= 4 · 128 · 3 ·
+// 128 = 196608 (at most 128 columns of codes <= 3 against s8 bytes), so 256·c2 + c3 stays
+// below 2^26 and (256·c2 + c3) >> 2 (arithmetic shift of a multiple of 4) is unit_dot's integer.
+// So every float conversion, product and sum below is unit_dot's, in the same order:
+// bit-identical results (tests: CudaMatvecKernels.WsLoopsMatchBitwise).
+template <int G>
+__device__ __forceinline__ void unit_dot_v1(float (&acc)[kWarpTiles][2], const uint4 (&w)[kWarpTiles],
+                                            const uint32_t (&sc)[kWarpTiles][G], const XStage& d) {
+  const uint32_t xb[8] = {d.x[0].x, d.x[0].y, d.x[0].z, d.x[0].w, d.x[1].x, d.x[1].y, d.x[1].z, d.x[1].w};
+  const int sq0 = __float_as_int(d.m.z), sq1 = __float_as_int(d.m.w);
+#pragma unroll
+  for (int tile = 0; tile < kWarpTiles; ++tile) {
+    const uint32_t wd[4] = {w[tile].x, w[tile].y, w[tile].z, w[tile].w};
+    int c[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t v = wd[q], h = v >> 4;
+      mma_u8s8(c, v & 0x03030303u, v & 0x0C0C0C0Cu, h & 0x03030303u, h & 0x0C0C0C0Cu, xb[2 * q],
+               xb[2 * q + 1]);
+      if (G == 2 && q == 1) {  // 64-column weight groups: flush each half
+        const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][0]));
+        acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq0) * (dd.x * d.m.x);
+        acc[tile][1] += static_cast<float>(((256 * c[2] + c[3]) >> 2) - sq0) * (dd.y * d.m.x);
+        c[0] = c[1] = c[2] = c[3] = 0;
+      }
+    }
+    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&sc[tile][G - 1]));
+    const int sq = G == 2 ? sq1 : sq0 + sq1;
+    acc[tile][0] += static_cast<float>(256 * c[0] + c[1] - sq) * (dd.x * d.m.y);
+    acc[tile][1] += static_cast<float>(((256 * c[2] + c[3]) >> 2) - sq) * (dd.y * d.m.y);
+  }
+}
+
+// The consumer loop of kLoop 1 (BONSAI_CUDA_MV_LOOP=1; the protocol of the default variant:
+// activation from global memory, prefetched one unit ahead, slot released once read), the
+// same units, waits, releases, products and sums as the kLoop 0 loop in the kernel below,
+// with less bookkeeping per unit:
+//   - the ring walked by a slot pointer and its full barrier's 32-bit address, both advanced
+//     by a constant and reset at the ring's end (no slot · unit-size multiply, no re-derived
+//     barrier address); the empty barrier at a fixed offset from the full one;
+//   - the next unit's activation words loaded unconditionally (no flag or range test): past
+//     the range's end it reads k-block (kb + 1) mod kblocks of the same row (in bounds), unused;
+//   - unit_dot_v1's decode.
+// my: this warp's ring (slot 0); full0: full[warp][0]; empty_off: empty[c][s] - full[c][s] in
+// bytes; xrow / mrow: this lane's activation words / meta at k-block 0 (the kLoop 0 loop's xg / mg).
+template <int G, bool kSlots>
+__device__ __forceinline__ void consume_v1(const uint8_t* my, uint32_t full0, uint32_t empty_off, int R,
+                                           const TiledJobs& jobs, const StreamPlan& plan,
+                                           const uint8_t* __restrict__ xrow, const float4* __restrict__ mrow,
+                                           int u0, int u1, int gw, int kblocks, int tok0, int ntok,
+                                           float* __restrict__ partial, int* counters, int fixup) {
+  constexpr int CB = kCodeBytes + 32 * G;
+  constexpr int kUnit = kWarpTiles * CB;
+  const int lane = threadIdx.x & 31, g = lane >> 2;
+  const uint8_t* const wbase = my + lane * 16;  // this lane's code words, slot 0
+  const uint8_t* wsrc = wbase;
+  const int soff = kCodeBytes + g * 4 - lane * 16;  // this lane's scale word, from wsrc
+  uint32_t bar = full0;
+  const uint32_t bar_end = full0 + 8 * R;
+  uint32_t phase = 0;
+  int gpair = u0 / kblocks, kb = u0 - gpair * kblocks;
+  float acc[kWarpTiles][2] = {};
+  auto load_x = [&](XStage& d, int k) {
+    d.x[0] = __ldg(reinterpret_cast<const uint4*>(xrow + k * kActBytes));
+    d.x[1] = __ldg(reinterpret_cast<const uint4*>(xrow + k * kActBytes + 16));
+    d.m = __ldg(mrow + k);
+  };
+  XStage xn;
+  if (u0 < u1) load_x(xn, kb);
+  for (int u = u0; u < u1; ++u) {
+    const XStage xc = xn;
+    mbar_wait(bar, phase);
+    uint4 w[kWarpTiles];
+    uint32_t sc[kWarpTiles][G];
+#pragma unroll
+    for (int tile = 0; tile < kWarpTiles; ++tile) {
+      w[tile] = *reinterpret_cast<const uint4*>(wsrc + tile * CB);
+#pragma unroll
+      for (int sub = 0; sub < G; ++sub)
+        sc[tile][sub] = *reinterpret_cast<const uint32_t*>(wsrc + soff + tile * CB + sub * 32);
+    }
+    mbar_arrive(bar + empty_off);                // release: waits for the loads above
+    load_x(xn, kb + 1 == kblocks ? 0 : kb + 1);  // the next unit's words
+    unit_dot_v1<G>(acc, w, sc, xc);
+    wsrc += kUnit;
+    bar += 8;
+    if (bar == bar_end) {
+      wsrc = wbase;
+      bar = full0;
+      phase ^= 1;
+    }
+    if (++kb < kblocks && u + 1 < u1) continue;
+    // ---- this warp is done with its share of global row group gpair ----
+    int job = 0;
+#pragma unroll
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i < jobs.count && gpair >= plan.pair_start[i]) job = i;
+    TiledJob jb = jobs.job[0];
+    int pair0 = plan.pair_start[0];
+#pragma unroll
+    for (int i = 1; i < kMaxJobs; ++i)
+      if (i == job) {
+        jb = jobs.job[i];
+        pair0 = plan.pair_start[i];
+      }
+    finish_pair(acc, jb, gpair - pair0, gpair, gw, plan, kblocks, tok0, ntok, partial, counters,
+                kSlots                 ? kFixupSlots
+                : fixup == kFixupDefer ? kFixupDefer
+                                       : fixup & kFixupFirst);
+    kb = 0;
+    ++gpair;
+  }
+}
+#endif
+
 // kSlots: the instantiation for the flag-free fix-up (finish_pair, kFixupSlots); the others run
 // kFixupFirst / kFixupLast only. Separate so that the flag-free path's registers do not cost the
 // other instantiations a spill at the 96-register budget (they compile as before; the kSlots
 // ones: no spill at G = 1, 4 bytes at G = 2, ptxas -v).
-template <int G, bool kEvictFirst, bool kSlots>
+template <int G, bool kEvictFirst, bool kSlots, int kLoop>
 __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
     matvec_ws_kernel(TiledJobs jobs, StreamPlan plan, const uint8_t* __restrict__ xq,
                      const float4* __restrict__ meta, int t, int kblocks, float* __restrict__ partial,
@@ -225,6 +345,15 @@ __global__ void __launch_bounds__(kMaxWsThreads, kBlocksPerSm)
   const int gw = blockIdx.x * kWarps + warp;
   const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
   pdl_wait();  // y and the split scratch may still be read or written by the previous kernel
+  if constexpr (kLoop == 1) {
+    consume_v1<G, kSlots>(smem + warp * R * kUnit, smem_u32(&full[warp][0]),
+                          smem_u32(&empty[0][0]) - smem_u32(&full[0][0]), R, jobs, plan,
+                          xq + static_cast<size_t>(tok0 + (g < 2 * ntok ? g >> 1 : 0)) * kblocks * kActBytes +
+                              (g & 1) * 128 + tig * 32,
+                          meta + static_cast<size_t>(tok0 + min(tig, ntok - 1)) * kblocks, u0, u1, gw,
+                          kblocks, tok0, ntok, partial, counters, fixup);
+    return;
+  }
   if (!xglobal) mbar_wait(smem_u32(&xbar), 0);
   // This lane's B words: token g / 2 (hi or lo half); lanes past the group's tokens read token
   // 0's words instead of zeros: their B column feeds only C columns 2·tig, 2·tig + 1 of tokens
@@ -324,7 +453,7 @@ const WsLimits& ws_limits() {
     cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev);
     l.reserved = static_cast<size_t>(v);
     cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, matvec_ws_kernel<2, true, false>) == cudaSuccess)
+    if (cudaFuncGetAttributes(&fa, matvec_ws_kernel<2, true, false, 0>) == cudaSuccess)
       l.static_bytes = fa.sharedSizeBytes;
     cudaGetLastError();  // a failed query is not an error of the next launch
     return l;
@@ -348,18 +477,29 @@ int matvec_ws_slots(int groups, int ring, int t, int kblocks, int blocks_per_sm)
 
 bool launch_matvec_ws(int groups, const StreamPlan& p, dim3 grid, const TiledJobs& jobs, const uint8_t* xq,
                       const float4* meta, int t, int kblocks, float* partial, float* slots, int* counters,
-                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup) {
+                      cudaStream_t s, bool evict_first, int blocks_per_sm, int& fixup, int loop) {
   StreamPlan plan = p;
   plan.ring = matvec_ws_slots(groups, p.ring, t, kblocks, blocks_per_sm);
   if (plan.ring == 0) return false;
   const int flags = matvec_ws_variant();
   const size_t smem = ws_smem(groups, plan.ring, t, kblocks, flags);
+  // The kLoop 1 consumer loop has only the default protocol's consumer side (global activation,
+  // prefetched, early release); the other variants run the kLoop 0 loop.
+  const bool v1 = loop == 1 && !(flags & (kArriveLate | kStageX | kXNoPrefetch));
   auto pick = [&](bool slot_kernel) {
-    if (slot_kernel)
-      return groups == 2 ? (evict_first ? matvec_ws_kernel<2, true, true> : matvec_ws_kernel<2, false, true>)
-                         : (evict_first ? matvec_ws_kernel<1, true, true> : matvec_ws_kernel<1, false, true>);
-    return groups == 2 ? (evict_first ? matvec_ws_kernel<2, true, false> : matvec_ws_kernel<2, false, false>)
-                       : (evict_first ? matvec_ws_kernel<1, true, false> : matvec_ws_kernel<1, false, false>);
+    using K =
+        void (*)(TiledJobs, StreamPlan, const uint8_t*, const float4*, int, int, float*, int*, int, int);
+    const K table[2][2][2][2] = {
+        // [loop][groups == 2][evict_first][slot_kernel]
+        {{{matvec_ws_kernel<1, false, false, 0>, matvec_ws_kernel<1, false, true, 0>},
+          {matvec_ws_kernel<1, true, false, 0>, matvec_ws_kernel<1, true, true, 0>}},
+         {{matvec_ws_kernel<2, false, false, 0>, matvec_ws_kernel<2, false, true, 0>},
+          {matvec_ws_kernel<2, true, false, 0>, matvec_ws_kernel<2, true, true, 0>}}},
+        {{{matvec_ws_kernel<1, false, false, 1>, matvec_ws_kernel<1, false, true, 1>},
+          {matvec_ws_kernel<1, true, false, 1>, matvec_ws_kernel<1, true, true, 1>}},
+         {{matvec_ws_kernel<2, false, false, 1>, matvec_ws_kernel<2, false, true, 1>},
+          {matvec_ws_kernel<2, true, false, 1>, matvec_ws_kernel<2, true, true, 1>}}}};
+    return table[v1][groups == 2][evict_first][slot_kernel];
   };
   const int threads = (kWarps + (flags & kTwoProducers ? 2 : 1)) * 32;
   auto* kernel = pick(fixup == kFixupSlots);
