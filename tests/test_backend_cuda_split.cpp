@@ -29,6 +29,7 @@
 #if BONSAI_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "cuda_split_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tile_layout.h"
@@ -36,149 +37,7 @@
 namespace bonsai {
 namespace {
 
-using testing_util::randn;
-
-class DevMem {
- public:
-  DevMem() = default;
-  DevMem(const DevMem&) = delete;
-  DevMem& operator=(const DevMem&) = delete;
-  ~DevMem() {
-    for (void* p : mem_) cudaFree(p);
-  }
-  template <class T = void>
-  T* alloc(size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
-    mem_.push_back(p);
-    return static_cast<T*>(p);
-  }
-  template <class T>
-  T* up(const std::vector<T>& v) {
-    T* p = alloc<T>(v.size() * sizeof(T));
-    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return p;
-  }
-
- private:
-  std::vector<void*> mem_;
-};
-
-template <class T>
-std::vector<T> down(const T* p, size_t n) {
-  std::vector<T> v(n);
-  cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return v;
-}
-
-// Random 2-bit rows (PQ2_0 for groups 1, Q2_0 g64 for 2): codes 0..3, scales in [0.02, 0.08).
-std::vector<uint8_t> random_rows(DType type, int64_t n, int64_t k, uint32_t seed) {
-  const size_t stride = row_bytes(type, static_cast<uint64_t>(k));
-  std::vector<uint8_t> raw(stride * n);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(0.02f, 0.08f);
-  const int g = type == DType::Q2_0_G64 ? 64 : 128;
-  std::vector<uint8_t> codes(k);
-  std::vector<float> scales(k / g);
-  for (int64_t r = 0; r < n; ++r) {
-    for (auto& c : codes) c = static_cast<uint8_t>(rng() % 4);
-    for (auto& s : scales) s = scale(rng);
-    encode_ternary_row(type, codes.data(), scales.data(), raw.data() + r * stride, k);
-  }
-  return raw;
-}
-
-DType type_of(int groups) { return groups == 2 ? DType::Q2_0_G64 : DType::PQ2_0; }
-
-uint8_t* tiled_weight(DevMem& mem, int groups, int64_t n, int64_t k, uint32_t seed) {
-  const DType type = type_of(groups);
-  const auto raw = random_rows(type, n, k, seed);
-  auto* draw = mem.up(raw);
-  const size_t tb = static_cast<size_t>(cuda::tiled_bytes(n, k, groups));
-  auto* tiled = mem.alloc<uint8_t>(tb);
-  cudaMemset(tiled, 0, tb);
-  cuda::repack_tiled(draw, row_bytes(type, static_cast<uint64_t>(k)), n, k, groups, tiled, nullptr);
-  return tiled;
-}
-
-std::string skip_reason() {
-  std::string why;
-  if (cuda_device_count(&why) == 0) return "no CUDA device: " + why;
-  if (!cuda::matvec_kernel_available(cuda::MatvecKernel::ws))
-    return "the ws and bulk kernels need sm_90 code (compute capability 9.x)";
-  return "";
-}
-
-int sm_count() {
-  int dev = 0, sms = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return sms;
-}
-
-// Most ranks sharing one row group under the plan of `plan_sms` SMs (the plan: launch.h's
-// matvec_tiled, 2 blocks of 8 warps per SM, ceil(units / warps) units per warp).
-int most_ranks(int64_t n, int64_t k, int plan_sms) {
-  const int64_t kb = k / cuda::kBlockK, pairs = (n + cuda::kPairRows - 1) / cuda::kPairRows;
-  const int64_t warps = static_cast<int64_t>(plan_sms) * 2 * 8, units = pairs * kb;
-  const int64_t per = (units + warps - 1) / warps;
-  int64_t most = 0;
-  for (int64_t p = 0; p < pairs; ++p) most = std::max(most, (p * kb + kb - 1) / per - p * kb / per + 1);
-  return static_cast<int>(most);
-}
-
-// One matvec launch: x [t][k] quantized, then y = x · Wᵀ with the given kernel and fix-up.
-struct Matvec {
-  DevMem& mem;
-  cuda::TiledJobs jobs;
-  int groups;
-  int64_t k;
-  int t;
-  int plan_sms;
-  uint8_t* xq = nullptr;
-  float4* meta = nullptr;
-  float* partial = nullptr;
-  int* counters = nullptr;
-  size_t partial_floats = 0;
-
-  Matvec(DevMem& m, int g, int64_t n, int64_t kk, int tt, int sms, uint32_t seed)
-      : mem(m), groups(g), k(kk), t(tt), plan_sms(sms) {
-    jobs.job[0].w = tiled_weight(mem, g, n, k, seed);
-    jobs.job[0].n = static_cast<int>(n);
-    jobs.count = 1;
-    const int64_t kb = k / cuda::kBlockK;
-    auto x = randn(static_cast<size_t>(t) * k, seed + 7, 2.0f);
-    auto* dx = mem.up(x);
-    xq = mem.alloc<uint8_t>(static_cast<size_t>(t) * kb * cuda::kActBytes);
-    meta = mem.alloc<float4>(static_cast<size_t>(t) * kb * sizeof(float4));
-    cuda::quantize_act(dx, xq, meta, t, k, nullptr);
-    size_t n_counters = 0;
-    cuda::matvec_tiled_scratch(jobs, t, k, plan_sms, &partial_floats, &n_counters);
-    partial = mem.alloc<float>(partial_floats * 4);
-    counters = mem.alloc<int>(n_counters * 4);
-    cudaMemset(counters, 0, n_counters * 4);
-  }
-  float* new_y() {
-    auto* y = mem.alloc<float>(static_cast<size_t>(t) * jobs.job[0].n * 4);
-    cudaMemset(y, 0xff, static_cast<size_t>(t) * jobs.job[0].n * 4);  // unwritten words: NaN 0xFFFFFFFF
-    return y;
-  }
-  cuda::MatvecFixup run(float* y, cuda::MatvecKernel kernel, cuda::MatvecFixup fixup,
-                        cuda::SplitSums* split) {
-    cuda::TiledJobs j = jobs;
-    j.job[0].y = y;
-    cudaMemset(partial, 0xff, partial_floats * 4);  // stale slots would show as NaN
-    return cuda::matvec_tiled(j, groups, xq, meta, t, k, plan_sms, partial, counters, nullptr, true, kernel,
-                              fixup, nullptr, split);
-  }
-};
-
-void expect_same_bits(const void* a, const void* b, size_t bytes, const std::string& what) {
-  const auto* pa = static_cast<const uint8_t*>(a);
-  const auto* pb = static_cast<const uint8_t*>(b);
-  for (size_t i = 0; i < bytes; i += 4)
-    ASSERT_EQ(std::memcmp(pa + i, pb + i, std::min<size_t>(4, bytes - i)), 0) << what << " word " << i / 4;
-}
+using namespace split_test;  // NOLINT(google-build-using-namespace): the shared helpers
 
 TEST(CudaSplitSums, StandaloneSumMatchesFixupBitwise) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;

@@ -100,6 +100,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     m.site_f16_mode = v[0] - '0';
   }
   m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
+  m.ffn_defer = env_flag("BONSAI_CUDA_FFN_DEFER", m.ffn_defer);
+  if (const char* e = std::getenv("BONSAI_CUDA_FWHT_CLUSTER"); e && *e) {
+    const std::string_view v(e);
+    auto ok = [](char c) { return c == '1' || c == '2' || c == '4' || c == '8'; };
+    if (v.size() != 3 || !ok(v[0]) || v[1] != ',' || !ok(v[2]))
+      fail("BONSAI_CUDA_FWHT_CLUSTER='{}': expected swiglu,plain with each 1, 2, 4 or 8 (e.g. 4,1)", v);
+    m.fwht_ctas[0] = v[0] - '0';
+    m.fwht_ctas[1] = v[2] - '0';
+  }
   if (const char* e = std::getenv("BONSAI_CUDA_SITE_CLUSTER"); e && *e) {
     const std::string_view v(e);
     if (v.size() != 3 || v[0] < '0' || v[0] > '4' || v[1] != ',' || v[2] < '0' || v[2] > '4')
@@ -143,6 +152,16 @@ void CudaBackend::set_cache_hints(bool matvec_evict_first, bool gdn_state_stream
 void CudaBackend::set_matvec_defer(int mode) {
   impl_->flush();
   impl_->mv_defer = mode;
+}
+void CudaBackend::set_ffn_defer(bool on) {
+  impl_->flush();
+  impl_->ffn_defer = on;
+}
+void CudaBackend::set_fwht_cluster(int swiglu, int plain) {
+  auto ok = [](int c) { return c == 1 || c == 2 || c == 4 || c == 8; };
+  if (!ok(swiglu) || !ok(plain)) fail("cuda: set_fwht_cluster({}, {}): expected 1, 2, 4 or 8", swiglu, plain);
+  impl_->fwht_ctas[0] = swiglu;
+  impl_->fwht_ctas[1] = plain;
 }
 
 // ---- memory ------------------------------------------------------------------------
@@ -368,8 +387,17 @@ void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t
     ++m.site_quant_skips;
   }
   if (quant) m.reserve_quant(rows, k);
-  cuda::hadamard(x, signs, y, rows, k, block, inverse, quant ? m.xq.as<uint8_t>() : nullptr,
-                 quant ? m.meta.as<float4>() : nullptr, m.stream);
+  // A decode site over a cluster of blocks per Hadamard block (BONSAI_CUDA_FWHT_CLUSTER)
+  bool split = false;
+  if (quant && m.fwht_ctas[1] > 1 && rows < cuda::kGemmMinTokens) {
+    split = cuda::fwht_site_split(cuda::split_whole(x, static_cast<int>(rows), static_cast<int>(k)),
+                                  cuda::SplitSums{}, nullptr, signs, y, rows, k, block, m.fwht_ctas[1],
+                                  m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream);
+    if (!split) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+  }
+  if (!split)
+    cuda::hadamard(x, signs, y, rows, k, block, inverse, quant ? m.xq.as<uint8_t>() : nullptr,
+                   quant ? m.meta.as<float4>() : nullptr, m.stream);
   check_launch("hadamard");
   m.wrote(y, rows * k * sizeof(float));
   if (quant) {
@@ -429,8 +457,11 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       tiled.count = 0;
       return;
     }
-    if (m.mv_defer != 0 && ws.size() == 1 && cuda::matvec_kernel() != cuda::MatvecKernel::legacy) {
-      // Held back: its consumer may be a residual site that adds the split sums itself.
+    const bool hold = static_cast<size_t>(tiled.count) == ws.size() &&
+                      ((ws.size() == 1 && m.mv_defer != 0) || (ws.size() == 2 && m.ffn_defer));
+    if (hold && cuda::matvec_kernel() != cuda::MatvecKernel::legacy) {
+      // The call's only launch, held back: its consumer may be a site that adds the split sums
+      // itself (a residual site: one job; the SwiGLU site: gate and up).
       Impl::Pending& p = m.pend;
       p.mv = true;
       p.mv_jobs = tiled;
@@ -555,7 +586,8 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split;
   bool deferred = false;
-  if (usual && pm.mv && delta == pm.mv_jobs.job[0].y && rows == pm.mv_t && n == pm.mv_jobs.job[0].n) {
+  if (usual && pm.mv && pm.mv_jobs.count == 1 && delta == pm.mv_jobs.job[0].y && rows == pm.mv_t &&
+      n == pm.mv_jobs.job[0].n) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
                         cuda::MatvecFixup::defer, &split) == cuda::MatvecFixup::defer;
@@ -614,11 +646,23 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
 
 void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs,
                               int64_t block, float* rotated, int64_t rows, int64_t n) {
-  impl_->flush();
   Impl& m = *impl_;
-  if (block <= 0 || block > 8192 || n % block || block % cuda::kBlockK)
-    return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
-  const Impl::SiteOut out = m.site_out(rows, n, block);
+  const bool usual = block > 0 && block <= 8192 && n % block == 0 && block % cuda::kBlockK == 0;
+  // gate and up the held-back gate+up launch's two outputs: launched with its split sums left to
+  // this site (as residual_norm_site; where the split site does not apply, the standalone sums
+  // first). The slots stay intact until the site has read them (see residual_norm_site).
+  Impl::Pending& pm = m.pend;
+  cuda::SplitSums split[cuda::kMaxJobs];
+  bool deferred = false;
+  if (usual && pm.mv && pm.mv_jobs.count == 2 && gate == pm.mv_jobs.job[0].y && up == pm.mv_jobs.job[1].y &&
+      rows == pm.mv_t && n == pm.mv_jobs.job[0].n && n == pm.mv_jobs.job[1].n) {
+    pm.mv = false;
+    deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
+                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+  }
+  m.flush();
+  if (!usual) return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
+  const Impl::SiteOut out = deferred ? Impl::SiteOut::int8 : m.site_out(rows, n, block);
   if (out == Impl::SiteOut::fused || out == Impl::SiteOut::two_pass) {  // the consumer is the fp16 GEMM
     cuda::SiteF16Args a;
     a.x = gate;
@@ -637,10 +681,28 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
     m.reserve_quant(rows, n);
   else
     ++m.site_quant_skips;
-  cuda::swiglu_hadamard(gate, up, act, signs, rotated, rows, n, block, false,
-                        quant ? m.xq.as<uint8_t>() : nullptr, quant ? m.meta.as<float4>() : nullptr,
-                        m.stream);
-  check_launch("swiglu_site");
+  uint8_t* xq = quant ? m.xq.as<uint8_t>() : nullptr;
+  float4* meta = quant ? m.meta.as<float4>() : nullptr;
+  bool done = false;
+  if (quant && (deferred || (m.fwht_ctas[0] > 1 && rows < cuda::kGemmMinTokens))) {
+    const int r = static_cast<int>(rows), c = static_cast<int>(n);
+    done = cuda::fwht_site_split(deferred ? split[0] : cuda::split_whole(gate, r, c),
+                                 deferred ? split[1] : cuda::split_whole(up, r, c), act, signs, rotated, rows,
+                                 n, block, m.fwht_ctas[0], xq, meta, m.stream);
+    if (!done) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+    if (!done && deferred && m.fwht_ctas[0] > 1) {  // one block per Hadamard block
+      done = cuda::fwht_site_split(split[0], split[1], act, signs, rotated, rows, n, block, 1, xq, meta,
+                                   m.stream);
+      if (!done) cudaGetLastError();
+    }
+  }
+  if (deferred && !done)
+    for (int j = 0; j < 2; ++j) {
+      cuda::matvec_split_sum(split[j], m.stream);
+      check_launch("matvec split sum");
+    }
+  if (!done) cuda::swiglu_hadamard(gate, up, act, signs, rotated, rows, n, block, false, xq, meta, m.stream);
+  check_launch(done ? "swiglu_site (split)" : "swiglu_site");
   m.wrote(act, static_cast<size_t>(rows * n) * sizeof(float));
   m.wrote(rotated, static_cast<size_t>(rows * n) * sizeof(float));
   if (!quant) return;

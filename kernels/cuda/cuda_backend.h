@@ -112,6 +112,13 @@ class CudaBackend : public Backend {
   // How a lone matvec feeding residual_norm_site is summed (default: BONSAI_CUDA_MV_DEFER,
   // else 1): 0 its own fix-up, 1 the site adds the split sums, 2 a standalone sum kernel.
   void set_matvec_defer(int mode);
+  // Whether the FFN gate+up matvec (one launch of two jobs) feeding swiglu_site leaves its split
+  // sums to the site (default: BONSAI_CUDA_FFN_DEFER, else on; results do not depend on it), and
+  // the thread blocks per Hadamard block (1, 2, 4 or 8) of the decode SwiGLU site and of the
+  // plain FWHT site (BONSAI_CUDA_FWHT_CLUSTER="swiglu,plain", else 1,1: one block, as hadamard();
+  // results do not depend on it).
+  void set_ffn_defer(bool on);
+  void set_fwht_cluster(int swiglu, int plain);
   // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
   // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.
   static bool attention_on_tensor_cores(int t, const AttentionShape& s);

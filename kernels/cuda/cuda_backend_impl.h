@@ -113,6 +113,17 @@ constexpr bool kGdnStateStream = true;  // default of BONSAI_CUDA_GDN_STREAM (cu
 // adds the slots while it loads them (cuda::residual_norm_site_split); 2 by a standalone sum
 // kernel (cuda::matvec_split_sum) before the site. docs/performance.md, "Split-K fix-up".
 constexpr int kMatvecDefer = 1;
+// Default of BONSAI_CUDA_FFN_DEFER: the FFN gate+up launch (two jobs, t < kGemmMinTokens) held
+// back like a lone matvec and, when swiglu_site reads its two outputs, launched with the
+// deferred fix-up and summed by the site (cuda::fwht_site_split); 0: its own fix-up.
+// docs/performance.md, "Session 8: FFN split sums in the SwiGLU site".
+constexpr bool kFfnDefer = true;
+// Default of BONSAI_CUDA_FWHT_CLUSTER ("swiglu,plain"): thread blocks per Hadamard block of the
+// decode (t < kGemmMinTokens) SwiGLU site and plain FWHT site (cuda::fwht_site_split); 1: one
+// block (hadamard_kernel, or fwht_split_kernel<1> for deferred inputs). More is slower: the
+// cluster launch and barrier cost more than the spread loads save (tg128 236.0 with 4,1, 229.0
+// with 8,1, 224.4 with 4,4 against 250.1 with 1,1; docs/performance.md, session 8).
+constexpr int kFwhtCtasSwiglu = 1, kFwhtCtasPlain = 1;
 // Default of BONSAI_CUDA_SITE_F16: whether a prefill site whose consumer is the fp16 GEMM writes
 // the GEMM's fp16 activation itself (cuda::site_f16) instead of the int8 quantization, so that
 // the GEMM needs no conversion (CudaBackend::Impl::site_out): 0 never, 1 every site the
@@ -171,9 +182,11 @@ struct CudaBackend::Impl {
   int site_cluster[2] = {kSiteClusterNarrow, kSiteClusterWide};  // BONSAI_CUDA_SITE_CLUSTER
   int64_t site_cluster_launches = 0;
 
-  bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
-  bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
-  int mv_defer = kMatvecDefer;        // BONSAI_CUDA_MV_DEFER
+  bool mv_evict = kMatvecEvictFirst;                     // BONSAI_CUDA_MV_EVICT
+  bool gdn_stream = kGdnStateStream;                     // BONSAI_CUDA_GDN_STREAM
+  int mv_defer = kMatvecDefer;                           // BONSAI_CUDA_MV_DEFER
+  bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
+  int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   // The flag-free split fix-up's slots (BONSAI_CUDA_MV_FIXUP=slots; cuda::matvec_tiled): every
@@ -205,10 +218,12 @@ struct CudaBackend::Impl {
     const float *z = nullptr, *norm_w = nullptr;
     float* norm_y = nullptr;
     float norm_eps = 0.0f;
-    // A lone ternary matvec (one job, t < kGemmMinTokens) held back until the next op: a
-    // residual_norm_site whose delta is its y launches it deferred and adds its slots itself
-    // (mv_defer); any other op launches it first, as it would have been launched. Never
-    // pending together with the GDN ops above (each side flushes the other first).
+    // A matmul's only ternary matvec launch (t < kGemmMinTokens; one job, or the FFN's gate and
+    // up under ffn_defer) held back until the next op: a residual_norm_site whose delta is its
+    // one y (mv_defer), or a swiglu_site whose gate and up are its two (ffn_defer), launches it
+    // deferred and adds its slots itself; any other op launches it first, as it would have
+    // been launched. Never pending together with the GDN ops above (each side flushes the
+    // other first).
     bool mv = false;
     cuda::TiledJobs mv_jobs;
     int mv_groups = 0, mv_t = 0;

@@ -83,6 +83,16 @@ struct SplitSums {
   int t = 0, n = 0;
   int per_warp = 0, kblocks = 0, pairs = 0, slots = 0, pair0 = 0;  // the launch's plan (StreamPlan)
 };
+// A SplitSums that reads a plain y [t][n] (every row group whole: one rank each), so that a
+// consumer of SplitSums takes an ordinary input too.
+inline SplitSums split_whole(const float* y, int t, int n) {
+  SplitSums s;
+  s.y = const_cast<float*>(y);  // written only where a group is split: never here
+  s.t = t;
+  s.n = n;
+  s.per_warp = s.kblocks = 1;
+  return s;
+}
 // evict_first: the Hopper paths' weight copies carry an L2 evict-first policy (each weight
 // byte is read once per launch), as the register-staged path's __ldcs loads do; the results
 // do not depend on it. kernel, fixup: matvec_kernel(), matvec_fixup() unless a test compares
@@ -91,9 +101,10 @@ struct SplitSums {
 // never share it with anything else (partial may be shared: its contents do not matter).
 // Without it (nullptr) fixup slots runs first. ws_loop: the ws kernel's consumer loop
 // (matvec_ws_loop unless a test compares them). Returns the fix-up the launch uses.
-// fixup defer needs `split` and one job (else first runs); where it is used (the returned
-// fix-up), *split describes the unsummed y: add it with matvec_split_sum or a consumer that
-// reads SplitSums (residual_norm_site_split) before anything else reads y.
+// fixup defer needs `split` (else first runs), split[j] for each job j; where it is used (the
+// returned fix-up), split[j] describes job j's unsummed y: add it with matvec_split_sum or a
+// consumer that reads SplitSums (residual_norm_site_split, fwht_site_split) before anything
+// else reads y.
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
@@ -150,6 +161,18 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
                               const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                               int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s);
 
+// The forward, quantizing SwiGLU site (up.y != nullptr: swiglu_hadamard) or FWHT site (up.y ==
+// nullptr: hadamard) with x and up read through SplitSums: the unsummed outputs of a deferred
+// matvec (for the SwiGLU site gate and up, two jobs of one launch; their slot loads together),
+// or plain inputs (split_whole); the same floats, and the split groups' sums written to x.y /
+// up.y too. act may be null. ctas (1, 2, 4 or 8) thread blocks per Hadamard block: more than
+// one runs as a thread-block cluster that joins the FWHT's last stages through distributed
+// shared memory (kernels/cuda/norm_fwht.cu, fwht_split_kernel). Returns false (launching
+// nothing) unless compute capability 9.x, block <= 4096, block / ctas a multiple of 128 and the
+// kernel's registers allow block / (4·ctas) threads; x.t == up.t == rows, x.n == up.n == k.
+bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
+                     int64_t rows, int64_t k, int64_t block, int ctas, uint8_t* xq, float4* meta,
+                     cudaStream_t s);
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,

@@ -542,24 +542,25 @@ MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, c
   const int kblocks = static_cast<int>(k / kBlockK);
   const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
-  if (fixup == MatvecFixup::defer && (split == nullptr || jobs.count != 1)) fixup = MatvecFixup::first;
+  if (fixup == MatvecFixup::defer && split == nullptr) fixup = MatvecFixup::first;
   const MatvecFixup used = groups == 2
                                ? launch_matvec<2>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s,
                                                   evict_first, kernel, fixup, slots, ws_loop)
                                : launch_matvec<1>(p, grid, jobs, xq, meta, t, kblocks, partial, counters, s,
                                                   evict_first, kernel, fixup, slots, ws_loop);
-  if (used == MatvecFixup::defer) {
-    SplitSums& o = *split;
-    o.partial = partial;
-    o.y = jobs.job[0].y;
-    o.t = t;
-    o.n = jobs.job[0].n;
-    o.per_warp = p.per_warp;
-    o.kblocks = kblocks;
-    o.pairs = p.pairs;
-    o.slots = p.slots;
-    o.pair0 = p.pair_start[0];
-  }
+  if (used == MatvecFixup::defer)
+    for (int j = 0; j < jobs.count; ++j) {  // one plan, each job's groups from its first pair on
+      SplitSums& o = split[j];
+      o.partial = partial;
+      o.y = jobs.job[j].y;
+      o.t = t;
+      o.n = jobs.job[j].n;
+      o.per_warp = p.per_warp;
+      o.kblocks = kblocks;
+      o.pairs = p.pairs;
+      o.slots = p.slots;
+      o.pair0 = p.pair_start[j];
+    }
   return used;
 }
 

@@ -194,6 +194,83 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
   quantize_shared(buf, block, off / kBlockK, xq, meta);
 }
 
+// The decode SwiGLU site (kUp: act = silu(x) ⊙ up) or plain FWHT site (forward, quantized) with
+// x and up read through SplitSums: the unsummed outputs of a deferred matvec, each float4 the
+// sum of its slots in rank order (split_sums.cuh; gate and up's loads in one round trip), or
+// plain inputs (split_whole). Split float4s are written back to x.y / up.y (what matmul
+// promised). C thread blocks of block / (4·C) threads per (row, Hadamard block): C == 1 is
+// hadamard_kernel's register path; C > 1 runs as a cluster of (1, C): block q holds columns
+// [q·bq, (q+1)·bq) of the Hadamard block (bq = block / C), runs the FWHT stages h < bq in
+// registers and shared memory (fwht_regs over bq), publishes them in its shared memory, and
+// after a cluster barrier reads the same float4 of the C blocks (distributed shared memory) and
+// runs the stages h = bq, 2·bq, .. block/2 on them (butterflies (r, r + m) over the blocks in the
+// reference's order), keeping its own. Every element sees the same additions as in
+// hadamard_kernel: the same floats. The signs (a weight) are loaded before the dependency wait.
+template <int C, bool kUp>
+__global__ void fwht_split_kernel(SplitSums x, SplitSums up, float* act, const float* __restrict__ signs,
+                                  float* y, int64_t k, int block, uint8_t* __restrict__ xq,
+                                  float4* __restrict__ meta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ float buf[];  // [2 · bq] fwht_regs' buffers, C > 1: [bq] the published stages
+  pdl_trigger();
+  const int bq = block / C, q = static_cast<int>(blockIdx.y) % C, tok = static_cast<int>(blockIdx.x);
+  const int col = (static_cast<int>(blockIdx.y) / C) * block + q * bq + 4 * static_cast<int>(threadIdx.x);
+  const int64_t off = static_cast<int64_t>(tok) * k + col;
+  const float4 sg = signs ? ld4(signs + col) : make_float4(1, 1, 1, 1);  // not written by any kernel
+  pdl_wait();                                                            // the matvec's slots and y
+  float4 v;
+  bool xs = false;
+  if (kUp) {
+    float4 u;
+    bool us = false;
+    split::load4x2(x, up, tok, col, &v, &u, &xs, &us);
+    if (us) st4(up.y + off, u);
+    if (xs) st4(x.y + off, v);
+    v = make_float4(silu(v.x) * u.x, silu(v.y) * u.y, silu(v.z) * u.z, silu(v.w) * u.w);
+    if (act) st4(act + off, v);  // null: nobody reads it (Backend::swiglu_site)
+  } else {
+    (void)up;  // the plain FWHT site
+    v = split::load4<split::kBatch2>(x, tok, col, &xs);  // fewer registers than load4's 32 in flight
+    if (xs) st4(x.y + off, v);
+  }
+  float4 o = fwht_regs(signs ? mul4(v, sg) : v, buf, bq);
+  if constexpr (C > 1) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* pub = buf + 2 * bq;
+    st4(pub + 4 * threadIdx.x, o);
+    cluster.sync();  // every block's stages h < bq are in its shared memory
+    float4 z[C];
+#pragma unroll
+    for (int r = 0; r < C; ++r) z[r] = ld4(cluster.map_shared_rank(pub, r) + 4 * threadIdx.x);
+    // Done reading the other blocks' shared memory; the matching wait before the block exits
+    // keeps each block's memory alive until every block of the cluster has read it.
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#pragma unroll
+    for (int m = 1; m < C; m <<= 1)  // stage h = m·bq: element (r, i) with (r + m, i), r & m == 0
+#pragma unroll
+      for (int r = 0; r < C; ++r)
+        if (!(r & m)) {
+          const float4 a = z[r], b = z[r + m];
+          z[r] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+          z[r + m] = make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w);
+        }
+#pragma unroll
+    for (int r = 0; r < C; ++r)
+      if (r == q) o = z[r];
+  }
+  o = scale4(o, 1.0f / sqrtf(static_cast<float>(block)));
+  st4(y + off, o);
+  // warp w holds 128 columns of one activation block (bq % 128 == 0), lane its 4·lane..
+  if (xq)
+    quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + (off / kBlockK) * kActBytes),
+                   meta + off / kBlockK);
+  if constexpr (C > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();  // launched only on compute capability 9.x (fwht_site_split)
+#endif
+}
+
 // Block per (row, Hadamard block), blockDim = block/4: x_out = x + delta, normed =
 // rmsnorm(x_out)·gain, rotated = FWHT(s ⊙ normed)/√B, quantized; the same arithmetic as
 // add, rmsnorm and hadamard_kernel in sequence. Each block sums the squares of the whole
@@ -394,6 +471,55 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
   return launch_cluster(residual_norm_split_kernel, grid, static_cast<unsigned>(block / 4), dim3(1, nb, 1),
                         3 * block * sizeof(float), s, x, delta, x_out, gain, signs, normed, rotated,
                         static_cast<int>(n), static_cast<int>(block), eps, xq, meta) == cudaSuccess;
+}
+
+}  // namespace bonsai::cuda
+
+namespace bonsai::cuda {
+
+bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
+                     int64_t rows, int64_t k, int64_t block, int ctas, uint8_t* xq, float4* meta,
+                     cudaStream_t s) {
+  if (ctas != 1 && ctas != 2 && ctas != 4 && ctas != 8) return false;
+  const int64_t bq = block / std::max(ctas, 1);
+  if (block > 4096 || k % block || bq < kBlockK || bq % kBlockK || x.t != rows || x.n != k ||
+      (up.y && (up.t != rows || up.n != k)) || !clusters_available())
+    return false;
+  using Kernel =
+      void (*)(SplitSums, SplitSums, float*, const float*, float*, int64_t, int, uint8_t*, float4*);
+  static const Kernel kernels[2][4] = {{fwht_split_kernel<1, false>, fwht_split_kernel<2, false>,
+                                        fwht_split_kernel<4, false>, fwht_split_kernel<8, false>},
+                                       {fwht_split_kernel<1, true>, fwht_split_kernel<2, true>,
+                                        fwht_split_kernel<4, true>, fwht_split_kernel<8, true>}};
+  const int ci = ctas == 1 ? 0 : ctas == 2 ? 1 : ctas == 4 ? 2 : 3;
+  const int ui = up.y ? 1 : 0;
+  const Kernel kernel = kernels[ui][ci];
+  // The slot loads in flight take registers: the largest blocks may not fit.
+  struct Limits {
+    int threads[2][4] = {};
+  };
+  static const Limits max_threads = [] {
+    Limits l;
+    for (int u = 0; u < 2; ++u)
+      for (int c = 0; c < 4; ++c) {
+        cudaFuncAttributes fa{};
+        const bool ok = cudaFuncGetAttributes(&fa, kernels[u][c]) == cudaSuccess;
+        cudaGetLastError();  // a failed query is not an error of the next launch
+        l.threads[u][c] = ok ? fa.maxThreadsPerBlock : 0;
+      }
+    return l;
+  }();
+  if (bq / 4 > max_threads.threads[ui][ci]) return false;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block * ctas));
+  const size_t smem = (ctas > 1 ? 3 : 2) * bq * sizeof(float);
+  const int kb = static_cast<int>(block);
+  if (ctas == 1) {
+    launch(kernel, grid, static_cast<unsigned>(bq / 4), smem, s, x, up, act, signs, y, k, kb, xq, meta);
+    return true;
+  }
+  return launch_cluster(kernel, grid, dim3(static_cast<unsigned>(bq / 4)),
+                        dim3(1, static_cast<unsigned>(ctas), 1), smem, s, x, up, act, signs, y, k, kb, xq,
+                        meta) == cudaSuccess;
 }
 
 }  // namespace bonsai::cuda
