@@ -229,8 +229,9 @@ __global__ void fwht_split_kernel(SplitSums x, SplitSums up, float* act, const f
     v = make_float4(silu(v.x) * u.x, silu(v.y) * u.y, silu(v.z) * u.z, silu(v.w) * u.w);
     if (act) st4(act + off, v);  // null: nobody reads it (Backend::swiglu_site)
   } else {
-    (void)up;  // the plain FWHT site
-    v = split::load4<split::kBatch2>(x, tok, col, &xs);  // fewer registers than load4's 32 in flight
+    // The plain FWHT site: up unused; 8 slots per round trip (load4's 32 take 168 registers)
+    (void)up;
+    v = split::load4<split::kBatch2>(x, tok, col, &xs);
     if (xs) st4(x.y + off, v);
   }
   float4 o = fwht_regs(signs ? mul4(v, sg) : v, buf, bq);
