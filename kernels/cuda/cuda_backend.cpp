@@ -89,6 +89,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
          device, m.prop.name, m.prop.major, m.prop.minor);
   m.mv_evict = env_flag("BONSAI_CUDA_MV_EVICT", m.mv_evict);
   m.gdn_stream = env_flag("BONSAI_CUDA_GDN_STREAM", m.gdn_stream);
+  m.gdn_dec = cuda::gdn_decode_config();
   if (const char* e = std::getenv("BONSAI_CUDA_MV_DEFER"); e && *e) {
     const std::string_view v(e);
     if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_MV_DEFER='{}': expected 0, 1 or 2", v);

@@ -223,7 +223,10 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   gdn_shape(f, s, t);
   f.state_early = m.step_recording;
   f.state_stream = m.gdn_stream;
-  cuda::gdn_fused(f, m.stream);
+  if (m.gdn_dec.on && cuda::gdn_decode_fits(f))  // t = 1 over clusters (kernels/cuda/gdn_decode.h)
+    cuda::gdn_decode(f, m.gdn_dec, m.stream);
+  else
+    cuda::gdn_fused(f, m.stream);
   check_launch("gdn_site");
   m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
   m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));

@@ -1,0 +1,412 @@
+// The GDN site's decode step (t = 1; kernels/cuda/gdn_decode.h).
+//
+// gdn_fused (gdn.cu) runs a block of 512 threads per value head (48 blocks on 132 SMs for the
+// 27B) with ~6 block barriers after its dependency wait: conv, q/k norms (2), alpha/beta rows and
+// gates (1), the delta rule's sums over d_k (1) and the gated norm (1), with the gates, the
+// norms and the state sums each waiting for the one before. Here:
+//   - a value head is split over a cluster of C CTAs by its d_v columns (C = 1, 2, 4), so C
+//     times as many SMs load and store the 64 KB of state per head;
+//   - a warp owns CW = 32 / R whole columns (R = d_k / 32 lanes per column; lane = rgi·CW + cs
+//     holds rows 32·rgi .. 32·rgi + 31 of column cs), so the sums over d_k are R-lane shuffles,
+//     not a block barrier;
+//   - every warp computes the head's conv + q/k L2 norms itself (2·d_k channels, R per lane; the
+//     conv windows Σ w_j·prev_j of the taps before the new input are formed before the wait by
+//     warp 0 and shared), so the state dot products start without a barrier;
+//   - the dot products use the state before the decay: s'·k = decay·(s·k), s'·q = decay·(s·q),
+//     so they need neither the gates nor each other; the alpha/beta rows (every CTA computes the
+//     whole two dot products over ab_k, its first weights loaded before the wait) meet them at
+//     one block barrier; the gated norm's Σ o² is the second (a cluster barrier when C > 1,
+//     the per-warp partial sums read through distributed shared memory in rank order, so every
+//     CTA forms the same sum);
+//   - the state is stored right after its update, before the norm's barrier.
+// The conv is ConvChannel's arithmetic (gdn.cu) in the same order; the dot products, the
+// decay's placement and the norms' sums run in another order than gdn_fused's: the results agree
+// to a few fp32 roundings (tests/test_backend_cuda_gdn_dec.cpp).
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "bonsai/error.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gdn_decode.h"
+
+namespace bonsai::cuda {
+namespace {
+
+constexpr int kTaps = 4;       // the most conv taps
+constexpr int kMaxR = 8;       // d_k / 32 <= 8
+constexpr int kMaxWarps = 16;  // (d_k / 32)·d_v <= 512 threads per head
+constexpr int kPad = 36;  // shared row group pitch (floats): float4 reads of the R groups hit other banks
+
+// Four consecutive elements of a raw F16 / BF16 row (8-byte aligned), as loaded / as floats.
+__device__ __forceinline__ uint2 raw4(const uint8_t* row, int c) {
+  return __ldg(reinterpret_cast<const uint2*>(row + 2 * static_cast<size_t>(c)));
+}
+__device__ __forceinline__ float4 raw4_float(uint2 u, bool bf16) {
+  if (bf16)
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+  __half2 a, b;
+  memcpy(&a, &u.x, 4);
+  memcpy(&b, &u.y, 4);
+  const float2 fa = __half22float2(a), fb = __half22float2(b);
+  return make_float4(fa.x, fa.y, fb.x, fb.y);
+}
+__device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
+  return fmaf(x.w, w.w, fmaf(x.z, w.z, fmaf(x.y, w.y, fmaf(x.x, w.x, acc))));
+}
+
+// Grid n_v·kC CTAs in clusters of kC (rank = blockIdx.x % kC), blockDim (d_k/32)·d_v/kC.
+// ab_early: the alpha/beta rows' first kAb float4 groups per thread loaded before the wait.
+template <int kC>
+__global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab_early) {
+  // [W][2][R·kPad] per-warp qn | kn (row 32·g + j at kPad·g + j); [2·d_k] the q/k conv windows
+  // Σ_{j < taps-1} w_j·prev_j (q channels, then k); [2·d_k] their last taps; [taps-2][2·d_k]
+  // the windows' inputs 1 .. taps-2 (the new conv state's first rows, for its writer)
+  extern __shared__ __align__(16) float dsm[];
+  __shared__ float2 ab_part[kMaxWarps];
+  __shared__ float norm_part[kMaxWarps];
+  pdl_trigger();
+  constexpr int kAb = 3 * kC;  // float4 groups of the alpha/beta rows per thread and pass: 5120 at 27B
+  const int d_k = p.d_k, d_v = p.d_v, R = d_k >> 5, CW = 32 / R, taps = p.taps;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5, T = blockDim.x;
+  const int h = blockIdx.x / kC, rank = blockIdx.x % kC;
+  const int rgi = lane / CW, col = (rank * W + warp) * CW + lane % CW;
+  const int hk = h % p.n_k, rep = p.n_v / p.n_k;
+  const int64_t qk = static_cast<int64_t>(p.n_k) * d_k, width = 2 * qk + static_cast<int64_t>(p.n_v) * d_v;
+  const int64_t ch_v = 2 * qk + static_cast<int64_t>(h) * d_v + col;
+  float* S = p.state + (static_cast<int64_t>(h) * d_k + 32 * rgi) * d_v + col;  // row 32·rgi + j: S[j·d_v]
+  const int pitch = kPad * R;
+  float* qn_w = dsm + warp * 2 * pitch;
+  float* kn_w = qn_w + pitch;
+  float* win = dsm + W * 2 * pitch;
+  float* wlast = win + 2 * d_k;
+  float* shifted = wlast + 2 * d_k;
+  auto qk_channel = [&](int e) {  // e < 2·d_k: q channels of key head hk, then its k channels
+    return e < d_k ? static_cast<int64_t>(hk) * d_k + e : qk + static_cast<int64_t>(hk) * d_k + (e - d_k);
+  };
+
+  // ---- weights before the dependency wait ----
+  const float ssm_a = p.ssm_a[h], dt_bias = p.dt_bias[h], norm_w = p.norm_w[col];
+  const bool bf16 = p.ab_type == RawType::BF16;
+  const uint8_t* wa = p.alpha_w + static_cast<size_t>(h) * p.ab_row_bytes;
+  const uint8_t* wb = p.beta_w + static_cast<size_t>(h) * p.ab_row_bytes;
+  const int ng = p.ab_k >> 2;  // float4 groups
+  uint2 ea[kAb] = {}, eb[kAb] = {};
+#pragma unroll
+  for (int m = 0; m < kAb; ++m) {
+    const int g = threadIdx.x + T * m;
+    if (ab_early && g < ng) {
+      ea[m] = raw4(wa, 4 * g);
+      eb[m] = raw4(wb, 4 * g);
+    }
+  }
+
+  // ---- the recurrent and conv states (before the wait when p.state_early) ----
+  float s[32], vprev[kTaps - 1], vwin = 0.0f, vlast = 0.0f;
+  auto load_states = [&] {
+    if (p.state_stream) {  // first: the window stores below wait for their loads
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = __ldcs(S + static_cast<int64_t>(j) * d_v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s[j] = S[static_cast<int64_t>(j) * d_v];
+    }
+    float vw[kTaps - 1];  // this column's v channel
+#pragma unroll
+    for (int j = 0; j < kTaps - 1; ++j)
+      if (j < taps - 1) {
+        vprev[j] = p.conv_state[j * width + ch_v];
+        vw[j] = p.conv_w[ch_v * taps + j];
+      }
+    vlast = p.conv_w[ch_v * taps + taps - 1];
+    // the q/k conv windows of the head, spread over the CTA's threads (published by the barrier
+    // after the wait)
+    for (int e = threadIdx.x; e < 2 * d_k; e += T) {
+      const int64_t c = qk_channel(e);
+      float acc = 0.0f, pv[kTaps - 1];
+#pragma unroll
+      for (int j = 0; j < kTaps - 1; ++j)
+        if (j < taps - 1) {
+          pv[j] = p.conv_state[j * width + c];
+          acc += p.conv_w[c * taps + j] * pv[j];
+        }
+      win[e] = acc;
+      wlast[e] = p.conv_w[c * taps + taps - 1];
+#pragma unroll
+      for (int j = 0; j + 1 < kTaps - 1; ++j)
+        if (j + 1 < taps - 1) shifted[j * 2 * d_k + e] = pv[j + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < kTaps - 1; ++j)
+      if (j < taps - 1) vwin += vw[j] * vprev[j];  // ConvChannel's order
+  };
+  if (!p.state_early) pdl_wait();
+  load_states();
+  if (p.state_early) pdl_wait();
+
+  // ---- after the wait: every input load at once, then the count ----
+  float xq[kMaxR], xk[kMaxR];
+#pragma unroll
+  for (int m = 0; m < kMaxR; ++m)
+    if (m < R) {
+      xq[m] = p.qkv[qk_channel(lane + 32 * m)];
+      xk[m] = p.qkv[qk_channel(d_k + lane + 32 * m)];
+    }
+  const float xv = p.qkv[ch_v], z = p.z[static_cast<int64_t>(h) * d_v + col];
+  const float4* normed = reinterpret_cast<const float4*>(p.normed);
+  float4 xn[kAb];
+#pragma unroll
+  for (int m = 0; m < kAb; ++m) {
+    const int g = threadIdx.x + T * m;
+    if (g < ng) {
+      xn[m] = normed[g];
+      if (!ab_early) {
+        ea[m] = raw4(wa, 4 * g);
+        eb[m] = raw4(wb, 4 * g);
+      }
+    }
+  }
+
+  // The barrier publishes win, wlast and shifted (its wait overlaps the loads above) and orders
+  // every warp's reads of the shared q/k conv state before this CTA's count: the last of the
+  // rep·kC CTAs of key head hk to count itself writes that state at the very end (a release at
+  // GPU scope, cumulative over the barrier; inc wraps the counter back to zero for the next step).
+  __syncthreads();
+  unsigned last = 0;
+  if (threadIdx.x == 0)
+    asm volatile("atom.release.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(last)
+                 : "l"(p.conv_counters + hk), "r"(static_cast<unsigned>(rep * kC - 1))
+                 : "memory");
+
+  // ---- alpha/beta rows: this warp's partial sums ----
+  float pa = 0.0f, pb = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kAb; ++m)
+    if (threadIdx.x + T * m < ng) {
+      pa = dot4(xn[m], raw4_float(ea[m], bf16), pa);
+      pb = dot4(xn[m], raw4_float(eb[m], bf16), pb);
+    }
+  for (int g = threadIdx.x + T * kAb; g < ng; g += T) {  // shapes wider than one pass
+    const float4 x = normed[g];
+    pa = dot4(x, raw4_float(raw4(wa, 4 * g), bf16), pa);
+    pb = dot4(x, raw4_float(raw4(wb, 4 * g), bf16), pb);
+  }
+  pa = warp_sum(pa);
+  pb = warp_sum(pb);
+  if (lane == 0) ab_part[warp] = make_float2(pa, pb);
+
+  // ---- conv + q/k L2 norms of the head, in every warp ----
+  float ssq = 0.0f, ssk = 0.0f, cq[kMaxR], ck[kMaxR];
+#pragma unroll
+  for (int m = 0; m < kMaxR; ++m)
+    if (m < R) {
+      const int e = lane + 32 * m;
+      cq[m] = silu(fmaf(wlast[e], xq[m], win[e]));
+      ck[m] = silu(fmaf(wlast[d_k + e], xk[m], win[d_k + e]));
+      ssq += cq[m] * cq[m];
+      ssk += ck[m] * ck[m];
+    }
+  ssq = warp_sum(ssq);
+  ssk = warp_sum(ssk);
+  const float q_mul = (1.0f / sqrtf(static_cast<float>(d_k))) / fmaxf(sqrtf(ssq), p.eps);
+  const float k_mul = 1.0f / fmaxf(sqrtf(ssk), p.eps);
+  float kq = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kMaxR; ++m)
+    if (m < R) {
+      const float qn = cq[m] * q_mul, kn = ck[m] * k_mul;
+      qn_w[kPad * m + lane] = qn;
+      kn_w[kPad * m + lane] = kn;
+      kq += kn * qn;
+    }
+  kq = warp_sum(kq);  // k·q over d_k
+  __syncwarp();
+
+  // ---- s·k and s·q of this column over d_k, before the decay ----
+  const float4* k4 = reinterpret_cast<const float4*>(kn_w + kPad * rgi);
+  const float4* q4 = reinterpret_cast<const float4*>(qn_w + kPad * rgi);
+  float ak[4] = {}, aq[4] = {};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 k = k4[i], q = q4[i];
+    ak[0] = fmaf(s[4 * i], k.x, ak[0]);
+    ak[1] = fmaf(s[4 * i + 1], k.y, ak[1]);
+    ak[2] = fmaf(s[4 * i + 2], k.z, ak[2]);
+    ak[3] = fmaf(s[4 * i + 3], k.w, ak[3]);
+    aq[0] = fmaf(s[4 * i], q.x, aq[0]);
+    aq[1] = fmaf(s[4 * i + 1], q.y, aq[1]);
+    aq[2] = fmaf(s[4 * i + 2], q.z, aq[2]);
+    aq[3] = fmaf(s[4 * i + 3], q.w, aq[3]);
+  }
+  float sk = (ak[0] + ak[1]) + (ak[2] + ak[3]), sq = (aq[0] + aq[1]) + (aq[2] + aq[3]);
+  for (int o = CW; o < 32; o <<= 1) {  // over the column's R row groups (every lane gets the same sum)
+    sk += __shfl_xor_sync(kFullMask, sk, o);
+    sq += __shfl_xor_sync(kFullMask, sq, o);
+  }
+
+  // ---- gates (the one block barrier before the update) ----
+  __syncthreads();
+  float a = 0.0f, b = 0.0f;
+  for (int w = 0; w < W; ++w) {
+    a += ab_part[w].x;
+    b += ab_part[w].y;
+  }
+  const float decay = expf(ssm_a * softplus(a + dt_bias)), beta = sigmoid(b);
+
+  // ---- delta rule: o, the state update and its store ----
+  const float v = silu(fmaf(vlast, xv, vwin));
+  const float delta = beta * (v - decay * sk);
+  const float o = fmaf(delta, kq, decay * sq);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 k = k4[i];
+    s[4 * i] = fmaf(k.x, delta, s[4 * i] * decay);
+    s[4 * i + 1] = fmaf(k.y, delta, s[4 * i + 1] * decay);
+    s[4 * i + 2] = fmaf(k.z, delta, s[4 * i + 2] * decay);
+    s[4 * i + 3] = fmaf(k.w, delta, s[4 * i + 3] * decay);
+  }
+  if (p.state_stream) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) __stcs(S + static_cast<int64_t>(j) * d_v, s[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(j) * d_v] = s[j];
+  }
+
+  // ---- gated RMSNorm over the head's d_v outputs ----
+  float oo = o * o;
+  for (int w = 1; w < CW; w <<= 1) oo += __shfl_xor_sync(kFullMask, oo, w);  // this warp's columns
+  if (lane == 0) norm_part[warp] = oo;
+  float ss_o = 0.0f;
+  if constexpr (kC == 1) {
+    __syncthreads();
+    for (int w = 0; w < W; ++w) ss_o += norm_part[w];
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every CTA's partial sums are in its shared memory
+    for (int r = 0; r < kC; ++r) {
+      const float* np = cluster.map_shared_rank(norm_part, r);
+      for (int w = 0; w < W; ++w) ss_o += np[w];
+    }
+    // done reading the other CTAs' shared memory; the matching wait is before the exit
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+    __trap();  // launched only on compute capability 9.x (gdn_decode)
+#endif
+  }
+  const float scale = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
+  const int out_head = p.transpose ? hk * rep + h / p.n_k : h;
+  if (rgi == 0) p.out[static_cast<int64_t>(out_head) * d_v + col] = o * scale * norm_w * silu(z);
+
+  // ---- the new conv state: the v channel by its column's first lane, q/k by the last CTA ----
+  if (rgi == 0) {
+#pragma unroll
+    for (int j = 0; j < kTaps - 1; ++j)
+      if (j < taps - 1) p.conv_state[j * width + ch_v] = j + 1 < taps - 1 ? vprev[j + 1] : xv;
+  }
+  if (warp == 0 && __shfl_sync(kFullMask, last, 0) == static_cast<unsigned>(rep * kC - 1)) {
+#pragma unroll
+    for (int m = 0; m < kMaxR; ++m)
+      if (m < R) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int e = lane + 32 * m + half * d_k;
+          const int64_t c = qk_channel(e);
+#pragma unroll
+          for (int j = 0; j < kTaps - 1; ++j)
+            if (j < taps - 1)
+              p.conv_state[j * width + c] =
+                  j + 1 < taps - 1 ? shifted[j * 2 * d_k + e] : (half ? xk[m] : xq[m]);
+        }
+      }
+  }
+  if constexpr (kC > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+  }
+}
+
+template <class... KArgs, class... Args>
+cudaError_t launch_cluster(void (*kernel)(KArgs...), unsigned grid, unsigned block, unsigned cluster,
+                           size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+bool clusters_ok() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9;  // the sm_90a build; other devices run the PTX, whose cluster kernels trap
+  }();
+  return ok;
+}
+
+}  // namespace
+
+GdnDecodeConfig gdn_decode_config() {
+  GdnDecodeConfig c;
+  // unset or empty: the default; else one of `ok` (a string of one-character values)
+  auto knob = [](const char* name, std::string_view ok, char fallback) {
+    const char* e = std::getenv(name);
+    if (!e || !*e) return fallback;
+    if (std::strlen(e) != 1 || ok.find(e[0]) == std::string_view::npos)
+      fail("{}='{}': expected one of {}", name, e, ok);
+    return e[0];
+  };
+  c.on = knob("BONSAI_CUDA_GDN_DEC", "01", '1') == '1';
+  c.cluster = knob("BONSAI_CUDA_GDN_DEC_CLUSTER", "124", static_cast<char>('0' + kGdnDecCluster)) - '0';
+  c.ab_early = knob("BONSAI_CUDA_GDN_DEC_AB", "01", kGdnDecAbEarly ? '1' : '0') == '1';
+  return c;
+}
+
+bool gdn_decode_fits(const GdnFused& p) {
+  const bool dk_ok = p.d_k == 32 || p.d_k == 64 || p.d_k == 128 || p.d_k == 256;
+  return p.t == 1 && p.qkv && p.conv_w && p.conv_state && p.conv_counters && p.alpha_w && p.beta_w &&
+         p.normed && p.norm_w && p.z && p.ssm_a && p.dt_bias && p.taps >= 1 && p.taps <= kTaps && dk_ok &&
+         p.d_v > 0 && p.d_v % 32 == 0 && (p.d_k / 32) * p.d_v <= 32 * kMaxWarps && p.n_k > 0 &&
+         p.n_v % p.n_k == 0 && (p.ab_type == RawType::F16 || p.ab_type == RawType::BF16) && p.ab_k > 0 &&
+         p.ab_k % 4 == 0 && p.ab_row_bytes % 8 == 0 && reinterpret_cast<uintptr_t>(p.alpha_w) % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(p.beta_w) % 8 == 0 && reinterpret_cast<uintptr_t>(p.normed) % 16 == 0;
+}
+
+void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s) {
+  const int R = p.d_k / 32, warps = p.d_v * R / 32;
+  int C = clusters_ok() ? c.cluster : 1;
+  while (C > 1 && warps % C) C /= 2;
+  const int W = warps / C;
+  const size_t smem = (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps) * sizeof(float);
+  const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
+  const int ab = c.ab_early ? 1 : 0;
+  cudaError_t e = cudaSuccess;
+  if (C == 1)
+    launch(gdn_decode_kernel<1>, grid, block, smem, s, p, ab);
+  else if (C == 2)
+    e = launch_cluster(gdn_decode_kernel<2>, grid, block, 2, smem, s, p, ab);
+  else
+    e = launch_cluster(gdn_decode_kernel<4>, grid, block, 4, smem, s, p, ab);
+  if (e != cudaSuccess) fail("cuda: gdn_decode over clusters of {}: {}", C, cudaGetErrorString(e));
+}
+
+}  // namespace bonsai::cuda

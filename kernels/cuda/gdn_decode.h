@@ -1,0 +1,37 @@
+// The GDN site's decode step (t = 1) as one launch over clusters of CTAs per value head
+// (kernels/cuda/gdn_decode.cu): conv, q/k L2 norms, alpha/beta rows, gates, delta rule, gated
+// RMSNorm and head order, like cuda::gdn_fused (gdn.cu) with a shorter dependency chain.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/launch.h"
+
+namespace bonsai::cuda {
+
+// Which decode kernel the CUDA backend's GDN site runs at t = 1, from the environment (read when
+// a backend is made):
+//   BONSAI_CUDA_GDN_DEC=0|1 (default 1): 0 = gdn_fused (the former kernel), 1 = gdn_decode;
+//   BONSAI_CUDA_GDN_DEC_CLUSTER=1|2|4 (default kGdnDecCluster): CTAs per value head;
+//   BONSAI_CUDA_GDN_DEC_AB=0|1 (default kGdnDecAbEarly): the alpha/beta rows' first weights
+//   loaded before the grid-dependency wait.
+// Any other value is an error naming the variable.
+inline constexpr int kGdnDecCluster = 2;
+inline constexpr bool kGdnDecAbEarly = true;
+struct GdnDecodeConfig {
+  bool on = true;
+  int cluster = kGdnDecCluster;
+  bool ab_early = kGdnDecAbEarly;
+};
+GdnDecodeConfig gdn_decode_config();
+
+// Whether gdn_decode takes p: t == 1 with the conv (qkv), the alpha/beta rows (F16 or BF16,
+// ab_k % 4 == 0, 8-byte aligned rows, 16-byte aligned normed), the gated norm and the conv
+// counters; d_k in {32, 64, 128, 256}, d_v % 32 == 0, (d_k/32)·d_v <= 512, taps 1..4.
+bool gdn_decode_fits(const GdnFused& p);
+// One decode step of p (gdn_decode_fits(p)) over clusters of `cluster` CTAs per value head (1, 2
+// or 4; fewer where the head's warps do not divide or the device has no clusters). Same
+// results as gdn_fused up to the summation order of the norms, dot products and reductions.
+void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s);
+
+}  // namespace bonsai::cuda
