@@ -5,6 +5,7 @@
 // Need a device; skip with the reason when there is none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,17 +30,17 @@ namespace {
 
 using testing_util::randn;
 
-// A raw F16 / BF16 weight [n][k] (normal values, std 0.5), owning its bytes.
+// A raw F16 / BF16 weight [n][k] (normal values of the given std), owning its bytes.
 struct HostWeight {
   std::vector<uint8_t> bytes;
   Weight w;
 };
 
-HostWeight raw_weight(DType type, int64_t n, int64_t k, uint32_t seed) {
+HostWeight raw_weight(DType type, int64_t n, int64_t k, uint32_t seed, float std) {
   HostWeight h;
   h.bytes.resize(2 * static_cast<size_t>(n * k));
   std::mt19937 rng(seed);
-  std::normal_distribution<float> val(0.0f, 0.5f);
+  std::normal_distribution<float> val(0.0f, std);
   for (int64_t i = 0; i < n * k; ++i) {
     const uint16_t bits = type == DType::F16 ? f32_to_fp16(val(rng)) : f32_to_bf16(val(rng));
     std::memcpy(h.bytes.data() + 2 * i, &bits, 2);
@@ -53,12 +54,23 @@ HostWeight raw_weight(DType type, int64_t n, int64_t k, uint32_t seed) {
   return h;
 }
 
-// |a - b| <= tol·max(1, |b|) elementwise.
+// |a - b| <= tol·max(1, |b|) elementwise; non-fatal, one message with the count and the worst.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol,
                   const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::fabs(static_cast<double>(b[i])))) << what << " at " << i;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double ratio =
+        std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(static_cast<double>(b[i])));
+    if (!(ratio <= tol)) ++bad;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": worst at " << worst << ", " << a[worst] << " vs " << b[worst] << " ("
+                     << worst_ratio << " relative, tolerance " << tol << ")";
 }
 
 // Sets the decode kernel's knobs for one scope (the backend reads them when it is made).
@@ -114,7 +126,14 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
        nw = randn(s.d_v, 153, 0.2f);
   for (auto& v : a) v = -std::fabs(v);
   for (auto& v : nw) v += 1.0f;
-  HostWeight wa = raw_weight(cs.ab, s.n_v, cs.embd, 154), wb = raw_weight(cs.ab, s.n_v, cs.embd, 155);
+  // The alpha/beta rows' std 0.5·√(320/k) (0.5 up to k = 320, as CudaSites' GDN test): gate
+  // inputs of std ~9 at every k. With std 0.5 at k = 5120 they would be ~36, and an fp32 sum of
+  // 5120 such products is off by ~√k·2^-24·36 ~ 1.5e-4 in any order, which the decay's slope
+  // carries into the state as ~1e-5 (the former kernel missed 1e-5 by 30 % there, run of 22:05):
+  // a property of the data, not of either kernel.
+  const float ab_std = 0.5f * std::sqrt(std::min(1.0f, 320.0f / static_cast<float>(cs.embd)));
+  HostWeight wa = raw_weight(cs.ab, s.n_v, cs.embd, 154, ab_std),
+             wb = raw_weight(cs.ab, s.n_v, cs.embd, 155, ab_std);
   be.prepare(wa.w);
   be.prepare(wb.w);
   auto conv_state = randn((taps - 1) * C, 156),
@@ -173,7 +192,7 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
     // terms' magnitudes at worst, √n·2^-24 typically (~1e-6 at n = 5120 relative to the
     // terms; the gates' exp/softplus/sigmoid damp it); the state (std 0.1, |Δ| <= |k δ|) and
     // the normed outputs (O(1)) then differ by a few 1e-7 .. 1e-6: 1e-5 leaves a margin of ~10.
-    EXPECT_EQ(down(dcs, conv_state.size()), conv_state) << what;
+    expect_close(down(dcs, conv_state.size()), conv_state, 0.0, what + " conv state");
     expect_close(down(dst, state.size()), state, 1e-5, what + " state");
     expect_close(out, std::vector<float>(site.out, site.out + DV), 1e-5, what + " out");
   }
@@ -220,10 +239,7 @@ TEST(CudaGdnDecode, SiteMatchesComposedReferenceInEveryVariant) {
     const DecKnobs knobs(v.on, v.cluster, v.ab);
     CudaBackend be(0);
     const std::string name = std::string("DEC=") + v.on + " CLUSTER=" + v.cluster + " AB=" + v.ab;
-    for (const Case& cs : kCases) {
-      run_case(be, cs, name);
-      if (HasFatalFailure()) return;
-    }
+    for (const Case& cs : kCases) run_case(be, cs, name);
   }
 }
 
