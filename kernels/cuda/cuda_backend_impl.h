@@ -183,11 +183,11 @@ struct CudaBackend::Impl {
   int site_cluster[2] = {kSiteClusterNarrow, kSiteClusterWide};  // BONSAI_CUDA_SITE_CLUSTER
   int64_t site_cluster_launches = 0;
 
-  bool mv_evict = kMatvecEvictFirst;  // BONSAI_CUDA_MV_EVICT
-  bool gdn_stream = kGdnStateStream;  // BONSAI_CUDA_GDN_STREAM
-  cuda::GdnDecodeConfig gdn_dec;      // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB): the GDN site at t = 1
-  int mv_defer = kMatvecDefer;        // BONSAI_CUDA_MV_DEFER
-  bool ffn_defer = kFfnDefer;         // BONSAI_CUDA_FFN_DEFER
+  bool mv_evict = kMatvecEvictFirst;                     // BONSAI_CUDA_MV_EVICT
+  bool gdn_stream = kGdnStateStream;                     // BONSAI_CUDA_GDN_STREAM
+  cuda::GdnDecodeConfig gdn_dec;                         // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB)
+  int mv_defer = kMatvecDefer;                           // BONSAI_CUDA_MV_DEFER
+  bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
   int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
