@@ -129,8 +129,8 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
   // The alpha/beta rows' std 0.5·√(320/k) (0.5 up to k = 320, as CudaSites' GDN test): gate
   // inputs of std ~9 at every k. With std 0.5 at k = 5120 they would be ~36, and an fp32 sum of
   // 5120 such products is off by ~√k·2^-24·36 ~ 1.5e-4 in any order, which the decay's slope
-  // carries into the state as ~1e-5 (the former kernel missed 1e-5 by 30 % there, run of 22:05):
-  // a property of the data, not of either kernel.
+  // carries into the state as ~1e-5 (the former kernel missed 1e-5 by 30 % there, H200 run of
+  // 22:02): a property of the data, not of either kernel.
   const float ab_std = 0.5f * std::sqrt(std::min(1.0f, 320.0f / static_cast<float>(cs.embd)));
   HostWeight wa = raw_weight(cs.ab, s.n_v, cs.embd, 154, ab_std),
              wb = raw_weight(cs.ab, s.n_v, cs.embd, 155, ab_std);
@@ -186,15 +186,21 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
                              " d_k " + std::to_string(s.d_k) + " d_v " + std::to_string(s.d_v) + " taps " +
                              std::to_string(taps) + " step " + std::to_string(step);
     // The conv state holds copied inputs: exact. The state and outputs: the alpha/beta dot
-    // products (k up to 5120 terms of O(1)), the sums over d_k (s·k, s·q, k·q) and the norms'
-    // sums of squares run in another order than the reference, and the decay multiplies s·k
-    // instead of each s (one rounding more per product): each sum is off by ~n·2^-24 of its
-    // terms' magnitudes at worst, √n·2^-24 typically (~1e-6 at n = 5120 relative to the
-    // terms; the gates' exp/softplus/sigmoid damp it); the state (std 0.1, |Δ| <= |k δ|) and
-    // the normed outputs (O(1)) then differ by a few 1e-7 .. 1e-6: 1e-5 leaves a margin of ~10.
+    // products, the sums over d_k (s·k, s·q, k·q) and the norms' sums of squares run in another
+    // order than the reference, and the decay multiplies s·k instead of each s (one rounding more
+    // per product). The d_k and d_v sums (128 terms) are off by a few 2^-24 of their terms: ~1e-6
+    // in the state (std 0.1) and the normed outputs (O(1)). The alpha/beta sums dominate: with
+    // gate inputs of a fixed spread (std ~9, above) an fp32 sum of k products in one order or
+    // another differs by ~√k·2^-24 of that spread, which the decay's and beta's slopes carry
+    // into o and the norm into the output: 1e-5 for k <= 320 (CudaSites' bound), scaled by
+    // √(k/320) beyond (4e-5 at the 27B's k = 5120). Measured there (H200, run of 22:08): the
+    // output is off by 1.2 .. 1.7e-5 at the same two elements in every variant, the former
+    // kernel (DEC=0) included (1.48e-5), so the reference's own order is that far; the state and
+    // every other case stay within 1e-5.
+    const double tol = 1e-5 * std::sqrt(std::max(1.0, cs.embd / 320.0));
     expect_close(down(dcs, conv_state.size()), conv_state, 0.0, what + " conv state");
-    expect_close(down(dst, state.size()), state, 1e-5, what + " state");
-    expect_close(out, std::vector<float>(site.out, site.out + DV), 1e-5, what + " out");
+    expect_close(down(dst, state.size()), state, tol, what + " state");
+    expect_close(out, std::vector<float>(site.out, site.out + DV), tol, what + " out");
   }
 }
 

@@ -9,16 +9,20 @@
 //   - a warp owns CW = 32 / R whole columns (R = d_k / 32 lanes per column; lane = rgi·CW + cs
 //     holds rows 32·rgi .. 32·rgi + 31 of column cs), so the sums over d_k are R-lane shuffles,
 //     not a block barrier;
-//   - every warp computes the head's conv + q/k L2 norms itself (2·d_k channels, R per lane; the
-//     conv windows Σ w_j·prev_j of the taps before the new input are formed before the wait by
-//     warp 0 and shared), so the state dot products start without a barrier;
+//   - every warp computes the head's conv + q/k L2 norms itself (2·d_k channels, R per lane), so
+//     the state dot products need no block barrier; the conv windows Σ w_j·prev_j of the taps
+//     before the new input are formed before the wait by the CTA's threads together and published
+//     by one barrier after the wait, whose wait overlaps the input loads;
 //   - the dot products use the state before the decay: s'·k = decay·(s·k), s'·q = decay·(s·q),
 //     so they need neither the gates nor each other; the alpha/beta rows (every CTA computes the
 //     whole two dot products over ab_k, its first weights loaded before the wait) meet them at
-//     one block barrier; the gated norm's Σ o² is the second (a cluster barrier when C > 1,
+//     the second block barrier; the gated norm's Σ o² is the third (a cluster barrier when C > 1,
 //     the per-warp partial sums read through distributed shared memory in rank order, so every
 //     CTA forms the same sum);
-//   - the state is stored right after its update, before the norm's barrier.
+//   - the state is stored right after its update, before the norm's barrier. (Measured after
+//     the fact: cg's cluster.sync() arrives with release semantics, a MEMBAR.ALL.GPU that waits
+//     for those 32 stores per thread first: docs/performance.md, "Session 8: GDN decode step".)
+// H200, 27B: 14.8 -> 11.3 us per launch (ncu, serialized), tg128 +3.9 %.
 // The conv is ConvChannel's arithmetic (gdn.cu) in the same order; the dot products, the
 // decay's placement and the norms' sums run in another order than gdn_fused's: the results agree
 // to a few fp32 roundings (tests/test_backend_cuda_gdn_dec.cpp).
