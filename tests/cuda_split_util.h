@@ -125,10 +125,14 @@ struct Matvec {
 
   // njobs jobs of n rows each (the FFN's gate and up: 2), weights seeded seed, seed + 1000, ..
   Matvec(DevMem& m, int g, int64_t n, int64_t kk, int tt, int sms, uint32_t seed, int njobs = 1)
+      : Matvec(m, g, std::vector<int64_t>(static_cast<size_t>(njobs), n), kk, tt, sms, seed) {}
+  // one job per entry of ns (rows), e.g. the GDN's qkv and z, the attention's q, k and v
+  Matvec(DevMem& m, int g, const std::vector<int64_t>& ns, int64_t kk, int tt, int sms, uint32_t seed)
       : mem(m), groups(g), k(kk), t(tt), plan_sms(sms) {
+    const int njobs = static_cast<int>(ns.size());
     for (int j = 0; j < njobs; ++j) {
-      jobs.job[j].w = tiled_weight(mem, g, n, k, seed + 1000 * j);
-      jobs.job[j].n = static_cast<int>(n);
+      jobs.job[j].w = tiled_weight(mem, g, ns[static_cast<size_t>(j)], k, seed + 1000 * j);
+      jobs.job[j].n = static_cast<int>(ns[static_cast<size_t>(j)]);
     }
     jobs.count = njobs;
     const int64_t kb = k / cuda::kBlockK;
@@ -143,17 +147,18 @@ struct Matvec {
     counters = mem.alloc<int>(n_counters * 4);
     cudaMemset(counters, 0, n_counters * 4);
   }
-  float* new_y() {
-    auto* y = mem.alloc<float>(static_cast<size_t>(t) * jobs.job[0].n * 4);
-    cudaMemset(y, 0xff, static_cast<size_t>(t) * jobs.job[0].n * 4);  // unwritten words: NaN 0xFFFFFFFF
+  float* new_y(int job = 0) {
+    auto* y = mem.alloc<float>(static_cast<size_t>(t) * jobs.job[job].n * 4);
+    cudaMemset(y, 0xff, static_cast<size_t>(t) * jobs.job[job].n * 4);  // unwritten words: NaN 0xFFFFFFFF
     return y;
   }
-  // y: job 0's output, y1: job 1's (two jobs); split: one per job.
+  // y: job 0's output, y1: job 1's, y2: job 2's (two or three jobs); split: one per job.
   cuda::MatvecFixup run(float* y, cuda::MatvecKernel kernel, cuda::MatvecFixup fixup, cuda::SplitSums* split,
-                        float* y1 = nullptr) {
+                        float* y1 = nullptr, float* y2 = nullptr) {
     cuda::TiledJobs j = jobs;
     j.job[0].y = y;
     j.job[1].y = y1;
+    j.job[2].y = y2;
     cudaMemset(partial, 0xff, partial_floats * 4);  // stale slots would show as NaN
     return cuda::matvec_tiled(j, groups, xq, meta, t, k, plan_sms, partial, counters, nullptr, true, kernel,
                               fixup, nullptr, split);

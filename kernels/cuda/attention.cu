@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/split_sums.cuh"
 
 namespace bonsai::cuda {
 namespace {
@@ -246,25 +247,66 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
 // [n_head, n_head + n_head_kv) key heads, then value heads; thread per dim (blockDim = d).
 // Queries and keys: RMSNorm with their gain, then NeoX RoPE on the first n_rot dims, the
 // same arithmetic as rmsnorm_kernel and rope_kernel; keys and values go to their cache rows.
-__global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev) {
+// kSplit: qf, k and v are the unsummed outputs of the deferred q/k/v matvec (sq, sk, sv;
+// launch.h, SplitSums): each thread adds its element's slots (a query head's thread its query
+// and its gate element together; split::sum_slots, the matvec fix-up's additions: the same
+// floats) and writes the sums back to qf / k / v (the merge reads the gate from qf); the gain
+// is loaded before the dependency wait (a weight).
+template <bool kSplit>
+__global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, SplitSums sq, SplitSums sk,
+                                      SplitSums sv) {
   extern __shared__ float row[];  // [head_dim]
   pdl_trigger();
-  pdl_wait();
   const int slot = blockIdx.x, i = blockIdx.y, d = p.head_dim, e = threadIdx.x;
+  const bool is_v = slot >= p.n_head + p.n_head_kv, is_q = slot < p.n_head;
+  float gain = 0.0f;
+  if (kSplit && !is_v) gain = (is_q ? p.q_norm : p.k_norm)[e];
+  pdl_wait();
   const int pos = position(pos0, pos_dev) + i;
   const int64_t kv = static_cast<int64_t>(p.n_head_kv) * d;
-  if (slot >= p.n_head + p.n_head_kv) {  // value head: a copy into the cache
+  if (is_v) {  // value head: a copy into the cache
     const int hv = slot - p.n_head - p.n_head_kv;
-    p.v_cache[pos * kv + static_cast<int64_t>(hv) * d + e] = p.v[static_cast<int64_t>(i) * kv + hv * d + e];
+    float x;
+    if constexpr (kSplit) {
+      const int r = hv * d + e;
+      const split::Slots el[1] = {split::slots_of(sv, i, r)};
+      float v1[1];
+      split::sum_slots(el, v1);
+      x = v1[0];
+      if (el[0].nr > 1) sv.y[static_cast<int64_t>(i) * sv.n + r] = x;
+    } else {
+      x = p.v[static_cast<int64_t>(i) * kv + hv * d + e];
+    }
+    p.v_cache[pos * kv + static_cast<int64_t>(hv) * d + e] = x;
     return;
   }
-  const bool is_q = slot < p.n_head;
   const int h = is_q ? slot : slot - p.n_head;
-  const float x = is_q ? p.qf[(static_cast<int64_t>(i) * p.n_head + h) * 2 * d + e]
-                       : p.k[static_cast<int64_t>(i) * kv + static_cast<int64_t>(h) * d + e];
+  float x;
+  if constexpr (kSplit) {
+    const int r = is_q ? h * 2 * d + e : h * d + e;  // the query row; its gate is d rows on
+    split::Slots el[2];
+    float* y;
+    if (is_q) {
+      el[0] = split::slots_of(sq, i, r);
+      el[1] = split::slots_of(sq, i, r + d);
+      y = sq.y + static_cast<int64_t>(i) * sq.n + r;
+    } else {
+      el[0] = split::slots_of(sk, i, r);
+      y = sk.y + static_cast<int64_t>(i) * sk.n + r;
+    }
+    float v2[2];
+    split::sum_slots(el, v2);
+    x = v2[0];
+    if (el[0].nr > 1) y[0] = x;
+    if (is_q && el[1].nr > 1) y[d] = v2[1];
+  } else {
+    x = is_q ? p.qf[(static_cast<int64_t>(i) * p.n_head + h) * 2 * d + e]
+             : p.k[static_cast<int64_t>(i) * kv + static_cast<int64_t>(h) * d + e];
+  }
   const float ss = block_sum(x * x);
   const float scale = 1.0f / sqrtf(ss / static_cast<float>(d) + p.eps);
-  row[e] = x * scale * (is_q ? p.q_norm : p.k_norm)[e];
+  if constexpr (!kSplit) gain = (is_q ? p.q_norm : p.k_norm)[e];
+  row[e] = x * scale * gain;
   __syncthreads();
   const int half = p.n_rot / 2;
   float y = row[e];
@@ -306,9 +348,12 @@ void attention_merge(const float* part, float* out, int t, int n_head, int split
          gate, gate_stride);
 }
 
-void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s) {
-  launch(attention_prep_kernel, dim3(p.n_head + 2 * p.n_head_kv, t), p.head_dim, p.head_dim * sizeof(float),
-         s, p, pos0, pos_dev);
+void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
+                    const SplitSums* split) {
+  const SplitSums none{};
+  launch(split ? attention_prep_kernel<true> : attention_prep_kernel<false>,
+         dim3(p.n_head + 2 * p.n_head_kv, t), p.head_dim, p.head_dim * sizeof(float), s, p, pos0, pos_dev,
+         split ? split[0] : none, split ? split[1] : none, split ? split[2] : none);
 }
 
 }  // namespace bonsai::cuda

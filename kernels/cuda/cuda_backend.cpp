@@ -102,6 +102,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
   m.ffn_defer = env_flag("BONSAI_CUDA_FFN_DEFER", m.ffn_defer);
+  m.qkv_defer = env_flag("BONSAI_CUDA_QKV_DEFER", m.qkv_defer);
   if (const char* e = std::getenv("BONSAI_CUDA_FWHT_CLUSTER"); e && *e) {
     const std::string_view v(e);
     auto ok = [](char c) { return c == '1' || c == '2' || c == '4' || c == '8'; };
@@ -157,6 +158,10 @@ void CudaBackend::set_matvec_defer(int mode) {
 void CudaBackend::set_ffn_defer(bool on) {
   impl_->flush();
   impl_->ffn_defer = on;
+}
+void CudaBackend::set_qkv_defer(bool on) {
+  impl_->flush();
+  impl_->qkv_defer = on;
 }
 void CudaBackend::set_fwht_cluster(int swiglu, int plain) {
   auto ok = [](int c) { return c == 1 || c == 2 || c == 4 || c == 8; };
@@ -459,10 +464,12 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       return;
     }
     const bool hold = static_cast<size_t>(tiled.count) == ws.size() &&
-                      ((ws.size() == 1 && m.mv_defer != 0) || (ws.size() == 2 && m.ffn_defer));
+                      ((ws.size() == 1 && m.mv_defer != 0) ||
+                       (ws.size() == 2 && (m.ffn_defer || m.qkv_defer)) || (ws.size() == 3 && m.qkv_defer));
     if (hold && cuda::matvec_kernel() != cuda::MatvecKernel::legacy) {
       // The call's only launch, held back: its consumer may be a site that adds the split sums
-      // itself (a residual site: one job; the SwiGLU site: gate and up).
+      // itself (a residual site: one job; the SwiGLU site: gate and up; the GDN decode step: qkv
+      // and z; the attention prep: q, k and v).
       Impl::Pending& p = m.pend;
       p.mv = true;
       p.mv_jobs = tiled;
@@ -655,8 +662,8 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
-  if (usual && pm.mv && pm.mv_jobs.count == 2 && gate == pm.mv_jobs.job[0].y && up == pm.mv_jobs.job[1].y &&
-      rows == pm.mv_t && n == pm.mv_jobs.job[0].n && n == pm.mv_jobs.job[1].n) {
+  if (usual && m.ffn_defer && pm.mv && pm.mv_jobs.count == 2 && gate == pm.mv_jobs.job[0].y &&
+      up == pm.mv_jobs.job[1].y && rows == pm.mv_t && n == pm.mv_jobs.job[0].n && n == pm.mv_jobs.job[1].n) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
                         cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;

@@ -118,6 +118,10 @@ class CudaBackend : public Backend {
   // plain FWHT site (BONSAI_CUDA_FWHT_CLUSTER="swiglu,plain", else 1,1: one block, as hadamard();
   // results do not depend on it).
   void set_ffn_defer(bool on);
+  // Whether the mixers' input launches (GDN qkv+z, attention q/k/v) leave their split sums to
+  // their decode sites (cuda::gdn_decode at t = 1, cuda::attention_prep) (default:
+  // BONSAI_CUDA_QKV_DEFER, else on; results do not depend on it).
+  void set_qkv_defer(bool on);
   void set_fwht_cluster(int swiglu, int plain);
   // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
   // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.

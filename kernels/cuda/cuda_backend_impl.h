@@ -119,6 +119,12 @@ constexpr int kMatvecDefer = 1;
 // deferred fix-up and summed by the site (cuda::fwht_site_split); 0: its own fix-up.
 // docs/performance.md, "Session 8: FFN split sums in the SwiGLU site".
 constexpr bool kFfnDefer = true;
+// Default of BONSAI_CUDA_QKV_DEFER: the mixers' input launches held back the same way and summed
+// by their decode sites: the GDN qkv+z launch (two jobs) when gdn_site runs cuda::gdn_decode (t =
+// 1), the attention q/k/v launch (three jobs, t < kGemmMinTokens) in attention_site's prep
+// (cuda::attention_prep with SplitSums); 0: their own fix-up. docs/performance.md, "Session 8:
+// q/k/v split sums in their sites".
+constexpr bool kQkvDefer = true;
 // Default of BONSAI_CUDA_FWHT_CLUSTER ("swiglu,plain"): thread blocks per Hadamard block of the
 // decode (t < kGemmMinTokens) SwiGLU site and plain FWHT site (cuda::fwht_site_split); 1: one
 // block (hadamard_kernel, or fwht_split_kernel<1> for deferred inputs). More is slower: the
@@ -188,6 +194,7 @@ struct CudaBackend::Impl {
   cuda::GdnDecodeConfig gdn_dec;                         // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB)
   int mv_defer = kMatvecDefer;                           // BONSAI_CUDA_MV_DEFER
   bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
+  bool qkv_defer = kQkvDefer;                            // BONSAI_CUDA_QKV_DEFER
   int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
@@ -220,12 +227,13 @@ struct CudaBackend::Impl {
     const float *z = nullptr, *norm_w = nullptr;
     float* norm_y = nullptr;
     float norm_eps = 0.0f;
-    // A matmul's only ternary matvec launch (t < kGemmMinTokens; one job, or the FFN's gate and
-    // up under ffn_defer) held back until the next op: a residual_norm_site whose delta is its
-    // one y (mv_defer), or a swiglu_site whose gate and up are its two (ffn_defer), launches it
-    // deferred and adds its slots itself; any other op launches it first, as it would have
-    // been launched. Never pending together with the GDN ops above (each side flushes the
-    // other first).
+    // A matmul's only ternary matvec launch (t < kGemmMinTokens; one job, two under ffn_defer or
+    // qkv_defer, three under qkv_defer) held back until the next op: a residual_norm_site whose
+    // delta is its one y (mv_defer), a swiglu_site whose gate and up are its two (ffn_defer), a
+    // gdn_site whose qkv and z are its two and that runs cuda::gdn_decode, or an attention_site
+    // whose qf, k and v are its three (qkv_defer) launches it deferred and adds its slots itself;
+    // any other op launches it first, as it would have been launched. Never pending together
+    // with the GDN ops above (each side flushes the other first).
     bool mv = false;
     cuda::TiledJobs mv_jobs;
     int mv_groups = 0, mv_t = 0;

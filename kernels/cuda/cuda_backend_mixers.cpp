@@ -91,12 +91,26 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
 
 // Three launches: q/k norms + RoPE + the KV store, then attention (split, and merge with the gate).
 void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
-  impl_->flush();
   Impl& m = *impl_;
   const AttentionShape& s = a.shape;
-  if (s.head_dim % 32 || s.head_dim > 256 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv ||
-      s.n_head / s.n_head_kv > 8 || a.n_rot % 2 || a.n_rot > s.head_dim)
-    return Backend::attention_site(a, t, pos0);
+  const bool usual = !(s.head_dim % 32 || s.head_dim > 256 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv ||
+                       s.n_head / s.n_head_kv > 8 || a.n_rot % 2 || a.n_rot > s.head_dim);
+  // qf, k and v the held-back q/k/v launch's three outputs: launched with its split sums left to
+  // the prep (BONSAI_CUDA_QKV_DEFER). Its slots stay intact until the prep has read them (see
+  // residual_norm_site); the merge reads the gate from qf, which the prep writes back.
+  Impl::Pending& pm = m.pend;
+  cuda::SplitSums split[cuda::kMaxJobs];
+  bool deferred = false;
+  const int64_t hd = s.head_dim;
+  if (usual && m.qkv_defer && pm.mv && pm.mv_jobs.count == 3 && pm.mv_t == t && pm.mv_jobs.job[0].y == a.qf &&
+      pm.mv_jobs.job[1].y == a.k && pm.mv_jobs.job[2].y == a.v && pm.mv_jobs.job[0].n == 2 * s.n_head * hd &&
+      pm.mv_jobs.job[1].n == s.n_head_kv * hd && pm.mv_jobs.job[2].n == s.n_head_kv * hd) {
+    pm.mv = false;
+    deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
+                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+  }
+  m.flush();
+  if (!usual) return Backend::attention_site(a, t, pos0);
   cuda::AttnPrep p;
   p.qf = a.qf;
   p.k = a.k;
@@ -112,8 +126,8 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   p.q = a.q;
   p.k_cache = a.k_cache;
   p.v_cache = a.v_cache;
-  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream);
-  check_launch("attention_prep");
+  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream, deferred ? split : nullptr);
+  check_launch(deferred ? "attention_prep (split sums)" : "attention_prep");
   m.wrote(a.q, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
   m.invalidate_quant();  // the cache rows written depend on a device-side position
   m.attention(a.q, a.k_cache, a.v_cache, a.out, t, pos0, s, a.qf + s.head_dim,
@@ -123,20 +137,26 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
 // A few tokens: one launch (cuda::gdn_fused with the conv and the alpha/beta rows inside).
 // A batch: alpha/beta rows, conv + q/k norms, the walk, the gated norm (and head order).
 void CudaBackend::gdn_site(const GdnSite& a, int t) {
-  impl_->flush();
   Impl& m = *impl_;
+  // Every path launches only after m.flush(), except the decode step, which may first launch a
+  // held-back qkv+z matvec deferred (below).
+  if (!m.pend.mv) m.flush();
   const GdnShape& s = a.shape;
   const DeviceWeight &cw = m.dev(*a.conv1d), &aw = m.dev(*a.alpha_w), &bw = m.dev(*a.beta_w);
   const bool fusable = s.d_k % 32 == 0 && s.d_v % 32 == 0 && (s.d_k / 32) * s.d_v <= 512 && s.n_k > 0 &&
                        s.n_v % s.n_k == 0 && a.taps >= 1 && a.taps <= 4 && !cw.tiled &&
                        cw.raw == cuda::RawType::F32 && cw.k == a.taps;
-  if (!fusable) return Backend::gdn_site(a, t);
+  if (!fusable) {
+    m.flush();
+    return Backend::gdn_site(a, t);
+  }
   const bool ab_raw =
       !aw.tiled && !bw.tiled && aw.raw == bw.raw && aw.row_bytes == bw.row_bytes && aw.k == bw.k &&
       aw.n >= s.n_v && bw.n >= s.n_v &&
       (aw.raw == cuda::RawType::F32 || aw.raw == cuda::RawType::F16 || aw.raw == cuda::RawType::BF16);
   // A few tokens: one kernel (the alpha/beta rows inside); a batch: the prefill pipeline.
   const bool ab_fused = ab_raw && t <= 4;
+  if (!ab_fused) m.flush();
   if (!ab_fused && t < a.taps - 1) return Backend::gdn_site(a, t);  // the walk's conv-state write needs them
   const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
   const float* norm_w = m.dev(*a.norm_w).f32();
@@ -223,11 +243,26 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   gdn_shape(f, s, t);
   f.state_early = m.step_recording;
   f.state_stream = m.gdn_stream;
-  if (m.gdn_dec.on && cuda::gdn_decode_fits(f))  // t = 1 over clusters (kernels/cuda/gdn_decode.h)
-    cuda::gdn_decode(f, m.gdn_dec, m.stream);
+  const bool decode = m.gdn_dec.on && cuda::gdn_decode_fits(f);  // t = 1 over clusters (gdn_decode.h)
+  // qkv and z the held-back qkv+z launch's two outputs: launched with its split sums left to the
+  // decode step (BONSAI_CUDA_QKV_DEFER); its slots stay intact until the step has read them (see
+  // residual_norm_site).
+  Impl::Pending& pm = m.pend;
+  cuda::SplitSums split[cuda::kMaxJobs];
+  bool deferred = false;
+  if (decode && m.qkv_defer && pm.mv && pm.mv_jobs.count == 2 && pm.mv_t == t &&
+      pm.mv_jobs.job[0].y == a.qkv && pm.mv_jobs.job[1].y == a.z && pm.mv_jobs.job[0].n == channels &&
+      pm.mv_jobs.job[1].n == static_cast<int64_t>(s.n_v) * s.d_v) {
+    pm.mv = false;
+    deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
+                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+  }
+  m.flush();
+  if (decode)
+    cuda::gdn_decode(f, m.gdn_dec, m.stream, deferred ? split : nullptr);
   else
     cuda::gdn_fused(f, m.stream);
-  check_launch("gdn_site");
+  check_launch(deferred ? "gdn_site (split sums)" : "gdn_site");
   m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
   m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
   m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));

@@ -23,6 +23,9 @@
 //     the fact: cg's cluster.sync() arrives with release semantics, a MEMBAR.ALL.GPU that waits
 //     for those 32 stores per thread first: docs/performance.md, "Session 8: GDN decode step".)
 // H200, 27B: 14.8 -> 11.3 us per launch (ncu, serialized), tg128 +3.9 %.
+// With the qkv+z matvec deferred (split, CudaBackend's BONSAI_CUDA_QKV_DEFER) the step adds
+// qkv's and z's split sums itself: each CTA sums a q/k channel once (thread e), not once per warp
+// (docs/performance.md, "Session 8: q/k/v split sums in their sites").
 // The conv is ConvChannel's arithmetic (gdn.cu) in the same order; the dot products, the
 // decay's placement and the norms' sums run in another order than gdn_fused's: the results agree
 // to a few fp32 roundings (tests/test_backend_cuda_gdn_dec.cpp).
@@ -35,6 +38,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_decode.h"
+#include "kernels/cuda/split_sums.cuh"
 
 namespace bonsai::cuda {
 namespace {
@@ -64,8 +68,18 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
 
 // Grid n_v·kC CTAs in clusters of kC (rank = blockIdx.x % kC), blockDim (d_k/32)·d_v/kC.
 // ab_early: the alpha/beta rows' first kAb float4 groups per thread loaded before the wait.
-template <int kC>
-__global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab_early) {
+// membar_free (kC > 1): the state's stores after the cluster barrier's release arrive, and a
+// relaxed arrive for the done-reading signal (the gated norm below).
+// kSplit: qkv and z are the unsummed outputs of the deferred qkv+z matvec (qkv_s, z_s; launch.h,
+// SplitSums): each element is added from its slots here (split::sum_slots, the matvec fix-up's
+// additions: the same floats), and written back to qkv / z (what matmul promised). A q/k channel
+// is then summed once per CTA, not once per warp: thread e sums channel e (one round trip with
+// its column's v channel and z), applies the conv (the same fmaf / silu as the warps' below) and
+// publishes the result in `win` and the raw input in `wlast` through the barrier that already
+// published the windows; the warps read both from there.
+template <int kC, bool kSplit>
+__global__ void __launch_bounds__(512 / kC)
+    gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, SplitSums qkv_s, SplitSums z_s) {
   // [W][2][R·kPad] per-warp qn | kn (row 32·g + j at kPad·g + j); [2·d_k] the q/k conv windows
   // Σ_{j < taps-1} w_j·prev_j (q channels, then k); [2·d_k] their last taps; [taps-2][2·d_k]
   // the windows' inputs 1 .. taps-2 (the new conv state's first rows, for its writer)
@@ -152,14 +166,18 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
   if (p.state_early) pdl_wait();
 
   // ---- after the wait: every input load at once, then the count ----
-  float xq[kMaxR], xk[kMaxR];
+  float xq[kMaxR], xk[kMaxR], xv, z;
+  const int64_t ch_z = static_cast<int64_t>(h) * d_v + col;
+  if constexpr (!kSplit) {
 #pragma unroll
-  for (int m = 0; m < kMaxR; ++m)
-    if (m < R) {
-      xq[m] = p.qkv[qk_channel(lane + 32 * m)];
-      xk[m] = p.qkv[qk_channel(d_k + lane + 32 * m)];
-    }
-  const float xv = p.qkv[ch_v], z = p.z[static_cast<int64_t>(h) * d_v + col];
+    for (int m = 0; m < kMaxR; ++m)
+      if (m < R) {
+        xq[m] = p.qkv[qk_channel(lane + 32 * m)];
+        xk[m] = p.qkv[qk_channel(d_k + lane + 32 * m)];
+      }
+    xv = p.qkv[ch_v];
+    z = p.z[ch_z];
+  }
   const float4* normed = reinterpret_cast<const float4*>(p.normed);
   float4 xn[kAb];
 #pragma unroll
@@ -171,6 +189,34 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
         ea[m] = raw4(wa, 4 * g);
         eb[m] = raw4(wb, 4 * g);
       }
+    }
+  }
+  if constexpr (kSplit) {
+    // this thread's q/k channel(s) (the CTA's first key-head CTA writes their sums back), its
+    // column's v channel and z (written back by the column's first lane)
+    const bool qk_writer = h < p.n_k && rank == 0;
+    auto conv_qk = [&](int e, float x, bool split) {  // e < 2·d_k; win / wlast are this thread's
+      win[e] = silu(fmaf(wlast[e], x, win[e]));
+      wlast[e] = x;
+      if (split && qk_writer) qkv_s.y[qk_channel(e)] = x;
+    };
+    const int e0 = threadIdx.x;
+    split::Slots el[3];
+    if (e0 < 2 * d_k) el[0] = split::slots_of(qkv_s, 0, static_cast<int>(qk_channel(e0)));
+    el[1] = split::slots_of(qkv_s, 0, static_cast<int>(ch_v));
+    el[2] = split::slots_of(z_s, 0, static_cast<int>(ch_z));
+    float v3[3];
+    split::sum_slots(el, v3);
+    xv = v3[1];
+    z = v3[2];
+    if (rgi == 0 && el[1].nr > 1) qkv_s.y[ch_v] = xv;
+    if (rgi == 0 && el[2].nr > 1) z_s.y[ch_z] = z;
+    if (e0 < 2 * d_k) conv_qk(e0, v3[0], el[0].nr > 1);
+    for (int e = e0 + T; e < 2 * d_k; e += T) {  // fewer threads than channels (4 CTAs per head)
+      split::Slots one[1] = {split::slots_of(qkv_s, 0, static_cast<int>(qk_channel(e)))};
+      float x[1];
+      split::sum_slots(one, x);
+      conv_qk(e, x[0], one[0].nr > 1);
     }
   }
 
@@ -209,8 +255,13 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
   for (int m = 0; m < kMaxR; ++m)
     if (m < R) {
       const int e = lane + 32 * m;
-      cq[m] = silu(fmaf(wlast[e], xq[m], win[e]));
-      ck[m] = silu(fmaf(wlast[d_k + e], xk[m], win[d_k + e]));
+      if constexpr (kSplit) {  // formed by thread e (and d_k + e) before the barrier
+        cq[m] = win[e];
+        ck[m] = win[d_k + e];
+      } else {
+        cq[m] = silu(fmaf(wlast[e], xq[m], win[e]));
+        ck[m] = silu(fmaf(wlast[d_k + e], xk[m], win[d_k + e]));
+      }
       ssq += cq[m] * cq[m];
       ssk += ck[m] * ck[m];
     }
@@ -273,13 +324,16 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
     s[4 * i + 2] = fmaf(k.z, delta, s[4 * i + 2] * decay);
     s[4 * i + 3] = fmaf(k.w, delta, s[4 * i + 3] * decay);
   }
-  if (p.state_stream) {
+  auto store_state = [&] {
+    if (p.state_stream) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) __stcs(S + static_cast<int64_t>(j) * d_v, s[j]);
-  } else {
+      for (int j = 0; j < 32; ++j) __stcs(S + static_cast<int64_t>(j) * d_v, s[j]);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(j) * d_v] = s[j];
-  }
+      for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(j) * d_v] = s[j];
+    }
+  };
+  if (kC == 1 || !membar_free) store_state();
 
   // ---- gated RMSNorm over the head's d_v outputs ----
   float oo = o * o;
@@ -293,13 +347,28 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every CTA's partial sums are in its shared memory
+    // every CTA's partial sums are in its shared memory after the barrier (release / acquire);
+    // membar_free: the state's stores issued after this CTA's release arrive (a release is a
+    // MEMBAR.ALL.GPU that would first wait for the 32 stores per thread), so that they drain
+    // under the barrier's wait and the norm (branch gdn8-membar, bd21088)
+    if (membar_free) {
+      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+      store_state();
+      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    } else {
+      cluster.sync();
+    }
     for (int r = 0; r < kC; ++r) {
       const float* np = cluster.map_shared_rank(norm_part, r);
       for (int w = 0; w < W; ++w) ss_o += np[w];
     }
-    // done reading the other CTAs' shared memory; the matching wait is before the exit
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    // done reading the other CTAs' shared memory; the matching wait is before the exit, so no
+    // CTA's shared memory goes while another may still read it. membar_free: a relaxed arrive
+    // (no fence behind the state's stores) that depends on the sum, i.e. on the remote loads
+    if (membar_free)
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;" : : "f"(ss_o) : "memory");
+    else
+      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #else
     __trap();  // launched only on compute capability 9.x (gdn_decode)
 #endif
@@ -325,8 +394,9 @@ __global__ void __launch_bounds__(512 / kC) gdn_decode_kernel(GdnFused p, int ab
 #pragma unroll
           for (int j = 0; j < kTaps - 1; ++j)
             if (j < taps - 1)
-              p.conv_state[j * width + c] =
-                  j + 1 < taps - 1 ? shifted[j * 2 * d_k + e] : (half ? xk[m] : xq[m]);
+              p.conv_state[j * width + c] = j + 1 < taps - 1 ? shifted[j * 2 * d_k + e]
+                                            : kSplit         ? wlast[e]
+                                                             : (half ? xk[m] : xq[m]);
         }
       }
   }
@@ -382,6 +452,7 @@ GdnDecodeConfig gdn_decode_config() {
   c.on = knob("BONSAI_CUDA_GDN_DEC", "01", '1') == '1';
   c.cluster = knob("BONSAI_CUDA_GDN_DEC_CLUSTER", "124", static_cast<char>('0' + kGdnDecCluster)) - '0';
   c.ab_early = knob("BONSAI_CUDA_GDN_DEC_AB", "01", kGdnDecAbEarly ? '1' : '0') == '1';
+  c.membar_free = knob("BONSAI_CUDA_GDN_DEC_MEMBAR", "01", kGdnDecMembarFree ? '1' : '0') == '1';
   return c;
 }
 
@@ -395,21 +466,25 @@ bool gdn_decode_fits(const GdnFused& p) {
          reinterpret_cast<uintptr_t>(p.beta_w) % 8 == 0 && reinterpret_cast<uintptr_t>(p.normed) % 16 == 0;
 }
 
-void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s) {
+void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, const SplitSums* split) {
   const int R = p.d_k / 32, warps = p.d_v * R / 32;
   int C = clusters_ok() ? c.cluster : 1;
   while (C > 1 && warps % C) C /= 2;
   const int W = warps / C;
   const size_t smem = (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps) * sizeof(float);
   const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
-  const int ab = c.ab_early ? 1 : 0;
+  const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0;
+  const SplitSums sq = split ? split[0] : SplitSums{}, sz = split ? split[1] : SplitSums{};
   cudaError_t e = cudaSuccess;
   if (C == 1)
-    launch(gdn_decode_kernel<1>, grid, block, smem, s, p, ab);
+    launch(split ? gdn_decode_kernel<1, true> : gdn_decode_kernel<1, false>, grid, block, smem, s, p, ab, mb,
+           sq, sz);
   else if (C == 2)
-    e = launch_cluster(gdn_decode_kernel<2>, grid, block, 2, smem, s, p, ab);
+    e = launch_cluster(split ? gdn_decode_kernel<2, true> : gdn_decode_kernel<2, false>, grid, block, 2, smem,
+                       s, p, ab, mb, sq, sz);
   else
-    e = launch_cluster(gdn_decode_kernel<4>, grid, block, 4, smem, s, p, ab);
+    e = launch_cluster(split ? gdn_decode_kernel<4, true> : gdn_decode_kernel<4, false>, grid, block, 4, smem,
+                       s, p, ab, mb, sq, sz);
   if (e != cudaSuccess) fail("cuda: gdn_decode over clusters of {}: {}", C, cudaGetErrorString(e));
 }
 

@@ -14,14 +14,19 @@ namespace bonsai::cuda {
 //   BONSAI_CUDA_GDN_DEC=0|1 (default 1): 0 = gdn_fused (the former kernel), 1 = gdn_decode;
 //   BONSAI_CUDA_GDN_DEC_CLUSTER=1|2|4 (default kGdnDecCluster): CTAs per value head;
 //   BONSAI_CUDA_GDN_DEC_AB=0|1 (default kGdnDecAbEarly): the alpha/beta rows' first weights
-//   loaded before the grid-dependency wait.
+//   loaded before the grid-dependency wait;
+//   BONSAI_CUDA_GDN_DEC_MEMBAR=0|1 (default kGdnDecMembarFree): 1 = at clusters of 2 or 4, the
+//   state's stores after the norm barrier's release arrive and a relaxed done-reading arrive
+//   (no MEMBAR waits for the stores); the same results.
 // Any other value is an error naming the variable.
 inline constexpr int kGdnDecCluster = 2;
 inline constexpr bool kGdnDecAbEarly = true;
+inline constexpr bool kGdnDecMembarFree = false;
 struct GdnDecodeConfig {
   bool on = true;
   int cluster = kGdnDecCluster;
   bool ab_early = kGdnDecAbEarly;
+  bool membar_free = kGdnDecMembarFree;
 };
 GdnDecodeConfig gdn_decode_config();
 
@@ -32,6 +37,11 @@ bool gdn_decode_fits(const GdnFused& p);
 // One decode step of p (gdn_decode_fits(p)) over clusters of `cluster` CTAs per value head (1, 2
 // or 4; fewer where the head's warps do not divide or the device has no clusters). Same
 // results as gdn_fused up to the summation order of the norms, dot products and reductions.
-void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s);
+// split (optional): p.qkv and p.z are the unsummed outputs of one deferred matvec launch
+// (split[0].y == p.qkv, split[1].y == p.z, t == 1; launch.h, SplitSums): the kernel adds their
+// slots itself (the same floats as the matvec's own fix-up, so the same results bit for bit)
+// and writes the sums back to qkv and z.
+void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s,
+                const SplitSums* split = nullptr);
 
 }  // namespace bonsai::cuda

@@ -231,6 +231,9 @@ void attention_mma(const float* q, const float* k_cache, const float* v_cache, f
 // The attention site before attention(): q [t][n_head][d] = RoPE(rmsnorm(query)·q_norm) from
 // qf [t][n_head][2][d]; k likewise from k [t][n_head_kv][d] (k_norm) into k_cache rows
 // pos..pos+t-1; v copied into v_cache. head_dim % 32 == 0, <= 1024; n_rot <= head_dim.
+// split (optional): qf, k and v are the unsummed outputs of one deferred matvec launch of three
+// jobs (split[0..2].y == qf, k, v; SplitSums): the kernel adds their slots itself (the same
+// floats as the matvec's fix-up) and writes the sums back to qf, k and v.
 struct AttnPrep {
   const float *qf = nullptr, *k = nullptr, *v = nullptr;
   const float *q_norm = nullptr, *k_norm = nullptr;
@@ -238,7 +241,8 @@ struct AttnPrep {
   int n_rot = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   float *q = nullptr, *k_cache = nullptr, *v_cache = nullptr;
 };
-void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s);
+void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
+                    const SplitSums* split = nullptr);
 
 // ---- gated delta net ------------------------------------------------------------------------
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,

@@ -125,4 +125,45 @@ __device__ __forceinline__ void load4x2(const SplitSums& a, const SplitSums& b, 
   *vb = sb;
 }
 
+// Scalar elements of deferred outputs read together (the GDN decode step's q/k channel, v channel
+// and z; the attention prep's query and gate): each element's first word and its rank count
+// (slots_of), then every element's slot loads issued at once, kBatchN of each per round trip,
+// and each summed in rank order from 0.0f (nr == 1: y itself, taken as loaded): load1's
+// additions, the same floats. An element with nr == 0 is skipped (its value 0.0f).
+struct Slots {
+  const float* p = nullptr;  // slot 0's word (nr > 1) or y's (nr == 1)
+  int nr = 0;
+};
+__device__ __forceinline__ Slots slots_of(const SplitSums& s, int tok, int row) {
+  Slots e;
+  e.nr = ranks(s, s.pair0 + row / kPairRows);
+  e.p = e.nr > 1 ? slot0(s, tok, row) : s.y + static_cast<size_t>(tok) * s.n + row;
+  return e;
+}
+inline constexpr int kBatchN = 8;
+template <int N, int B = kBatchN>
+__device__ __forceinline__ void sum_slots(const Slots (&e)[N], float (&v)[N]) {
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) n = e[i].nr > n ? e[i].nr : n;
+  float sum[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) sum[i] = 0.0f;
+  for (int r0 = 0; r0 < n; r0 += B) {
+    float x[N][B];
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (r0 + j < e[i].nr) x[i][j] = __ldcg(e[i].p + static_cast<size_t>(r0 + j) * kSlotFloats);
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (r0 + j < e[i].nr) sum[i] = e[i].nr == 1 ? x[i][j] : sum[i] + x[i][j];  // (-0.0f stays)
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = sum[i];
+}
+
 }  // namespace bonsai::cuda::split
