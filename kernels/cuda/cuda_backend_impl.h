@@ -122,9 +122,10 @@ constexpr bool kFfnDefer = true;
 // Default of BONSAI_CUDA_QKV_DEFER: the mixers' input launches held back the same way and summed
 // by their decode sites: the GDN qkv+z launch (two jobs) when gdn_site runs cuda::gdn_decode (t =
 // 1), the attention q/k/v launch (three jobs, t < kGemmMinTokens) in attention_site's prep
-// (cuda::attention_prep with SplitSums); 0: their own fix-up. docs/performance.md, "Session 8:
-// q/k/v split sums in their sites".
-constexpr bool kQkvDefer = true;
+// (cuda::attention_prep with SplitSums); 0: their own fix-up. Measured slower with 1 (tg128 254.6 /
+// 254.4 against 259.6 / 259.7, the GDN step 11.2 -> 15.3 us under ncu: docs/performance.md,
+// "Session 8: q/k/v split sums in their sites"), so off.
+constexpr bool kQkvDefer = false;
 // Default of BONSAI_CUDA_FWHT_CLUSTER ("swiglu,plain"): thread blocks per Hadamard block of the
 // decode (t < kGemmMinTokens) SwiGLU site and plain FWHT site (cuda::fwht_site_split); 1: one
 // block (hadamard_kernel, or fwht_split_kernel<1> for deferred inputs). More is slower: the
