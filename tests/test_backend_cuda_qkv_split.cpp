@@ -8,17 +8,21 @@
 //     per group) and odd ones (d_k 32 .. 256, d_k != d_v, n_v / n_k = 1 .. 3, taps 2 .. 4, every
 //     group whole (k = 128), nr > 8 (the loads in more than one batch), and under a one-SM plan
 //     groups whole and split by 2 in one launch), in clusters of 1, 2 and 4 CTAs, with and
-//     without the alpha/beta weights before the wait and with the membar-free cluster arrive
-//     (BONSAI_CUDA_GDN_DEC_MEMBAR=1, against the former barrier): the output, the state, the
-//     conv state, and qkv / z themselves (written back by the step).
+//     without the alpha/beta weights before the wait, with the membar-free cluster arrive
+//     (BONSAI_CUDA_GDN_DEC_MEMBAR=1, against the former barrier) and with the conv hand-off's
+//     count before the wait (BONSAI_CUDA_GDN_DEC_COUNT=1, the states loaded before the wait) or
+//     after the sums, the slots read by plain loads or ld.global.cg (BONSAI_CUDA_QKV_LOAD): the
+//     output, the state, the conv state, and qkv / z themselves (written back by the step).
 //   CudaQkvSplit.AttentionPrepMatchesFixupBitwise: the 27B's attention shape (5120 -> 12288 +
-//     1024 + 1024) and odd ones, t = 1, 3 and 5 (two token groups): q, the cache rows, and
-//     qf / k / v (written back: the merge reads the gate from qf).
+//     1024 + 1024) and odd ones, t = 1, 3 and 5 (two token groups), the slots read by plain loads
+//     and by ld.global.cg: q, the cache rows, and qf / k / v (written back: the merge reads the
+//     gate from qf).
 //   CudaQkvSplit.BackendModesMatchBitwise: CudaBackend's matmul_multi -> gdn_site (t = 1) and
-//     matmul_multi -> attention_site (t = 1 and 3) under set_qkv_defer(false / true), eagerly and
+//     matmul_multi -> attention_site (t = 1 and 3) under set_qkv_defer(0 .. 3), eagerly and
 //     recorded as a decode step (begin_capture / replay_step), against the undeferred eager run;
 //     and held-back launches whose outputs another op reads first (launched as usual).
-//   CudaQkvSplit.KnobValuesAreChecked: BONSAI_CUDA_QKV_DEFER takes 0 or 1 only.
+//   CudaQkvSplit.KnobValuesAreChecked: BONSAI_CUDA_QKV_DEFER takes 0 .. 3 only,
+//     BONSAI_CUDA_GDN_DEC_COUNT and BONSAI_CUDA_QKV_LOAD 0 or 1.
 // Needs a device with sm_90 code (Hopper); skips with the reason otherwise.
 #include <gtest/gtest.h>
 
@@ -122,12 +126,17 @@ TEST(CudaQkvSplit, GdnDecodeMatchesFixupBitwise) {
       float* out[2] = {mem.alloc<float>(static_cast<size_t>(DV) * 4),
                        mem.alloc<float>(static_cast<size_t>(DV) * 4)};
       for (const int ctas : {1, 2, 4})
-        for (const int variant : {0, 1, 2}) {  // 0: as configured; 1: AB = 0; 2: the membar-free arrive
+        for (const int variant : {0, 1, 2, 3, 4}) {  // 0: as configured; 1: AB = 0; 2: the membar-free
+                                                     // arrive; 3, 4: the count before / after the
+                                                     // sums; 4: the slots by ld.global.cg
           const std::string what =
               shape + " C " + std::to_string(ctas) + " variant " + std::to_string(variant);
           cuda::GdnDecodeConfig cfg;
           cfg.cluster = ctas;
           cfg.ab_early = variant != 1;
+          cfg.count_early = variant == 3;
+          cfg.split_weak = variant != 4;
+          f.state_early = variant == 3;  // (both runs: it moves loads, not results)
           std::vector<float> got[2][5];
           for (int run = 0; run < 2; ++run) {  // 0: the fix-up, then the site; 1: the site adds the slots
             cudaMemcpy(f.conv_state, conv_state_h.data(), conv_state_h.size() * 4, cudaMemcpyHostToDevice);
@@ -201,8 +210,8 @@ TEST(CudaQkvSplit, AttentionPrepMatchesFixupBitwise) {
         p.n_head = cs.n_head;
         p.n_head_kv = cs.n_head_kv;
         p.head_dim = cs.head_dim;
-        std::vector<float> got[2][6];
-        for (int run = 0; run < 2; ++run) {
+        std::vector<float> got[3][6];
+        for (int run = 0; run < 3; ++run) {  // 0: the fix-up; 1, 2: split, plain / cg loads
           float *qf = mv.new_y(0), *k = mv.new_y(1), *v = mv.new_y(2);
           p.qf = qf;
           p.k = k;
@@ -217,8 +226,8 @@ TEST(CudaQkvSplit, AttentionPrepMatchesFixupBitwise) {
           // (first falls back to last for two token groups, t = 5: the same floats either way)
           const auto fixup = run ? cuda::MatvecFixup::defer : cuda::MatvecFixup::first;
           const auto used = mv.run(qf, cuda::MatvecKernel::ws, fixup, split, k, v);
-          ASSERT_EQ(used == cuda::MatvecFixup::defer, run == 1) << what;
-          cuda::attention_prep(p, t, pos0, nullptr, nullptr, run ? split : nullptr);
+          ASSERT_EQ(used == cuda::MatvecFixup::defer, run != 0) << what;
+          cuda::attention_prep(p, t, pos0, nullptr, nullptr, run ? split : nullptr, run != 2);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
           got[run][0] = down(p.q, static_cast<size_t>(t) * cs.n_head * d);
           got[run][1] = down(p.k_cache, rows);
@@ -228,13 +237,15 @@ TEST(CudaQkvSplit, AttentionPrepMatchesFixupBitwise) {
           got[run][5] = down(v, static_cast<size_t>(t * nkv));
         }
         const char* names[] = {"q", "k cache", "v cache", "qf", "k", "v"};
-        for (int i = 0; i < 6; ++i)
-          expect_same_bits(got[0][i].data(), got[1][i].data(), got[0][i].size() * 4, what + " " + names[i]);
+        for (int run = 1; run < 3; ++run)
+          for (int i = 0; i < 6; ++i)
+            expect_same_bits(got[0][i].data(), got[run][i].data(), got[0][i].size() * 4,
+                             what + (run == 1 ? " plain loads " : " cg loads ") + names[i]);
       }
 }
 
 // The backend: the GDN layer's qkv+z matmul and its site at t = 1, the attention layer's q/k/v
-// matmul and its site at t = 1 and 3, each under set_qkv_defer(false / true), eagerly and (t = 1)
+// matmul and its site at t = 1 and 3, each under set_qkv_defer(0 .. 3), eagerly and (t = 1)
 // recorded as a decode step and replayed, from the same inputs and states each time, equal bit
 // for bit to the undeferred eager run.
 TEST(CudaQkvSplit, BackendModesMatchBitwise) {
@@ -391,12 +402,12 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
         expect_same_bits(ref[i].data(), got[i].data(), ref[i].size() * 4, what + " " + names[i]);
       }
     };
-    be.set_qkv_defer(false);
+    be.set_qkv_defer(0);
     reset();
     body();
     const auto ref = read();
     const int32_t tok = 0;
-    for (const bool defer : {false, true}) {
+    for (const int defer : {0, 1, 2, 3}) {
       be.set_qkv_defer(defer);
       const std::string what = "t " + std::to_string(t) + " defer " + std::to_string(defer);
       reset();
@@ -420,9 +431,9 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
       }
       be.drop_capture();
     }
-    // Held back under set_qkv_defer(true), then read by another op first: launched with its own
+    // Held back under set_qkv_defer(3), then read by another op first: launched with its own
     // fix-up, every output the reference's.
-    be.set_qkv_defer(true);
+    be.set_qkv_defer(3);
     reset();
     if (t == 1) {
       const Weight* proj[] = {&wqkv, &wz};
@@ -447,13 +458,21 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
 TEST(CudaQkvSplit, KnobValuesAreChecked) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-  for (const char* bad : {"2", "x", "10"}) {
+  for (const char* bad : {"4", "x", "10"}) {
     setenv("BONSAI_CUDA_QKV_DEFER", bad, 1);
     EXPECT_THROW(CudaBackend be(0), Error) << bad;
   }
-  setenv("BONSAI_CUDA_QKV_DEFER", "0", 1);
-  EXPECT_NO_THROW(CudaBackend be(0));
+  for (const char* good : {"0", "1", "2", "3"}) {
+    setenv("BONSAI_CUDA_QKV_DEFER", good, 1);
+    EXPECT_NO_THROW(CudaBackend be(0)) << good;
+  }
   unsetenv("BONSAI_CUDA_QKV_DEFER");
+  for (const char* knob : {"BONSAI_CUDA_GDN_DEC_COUNT", "BONSAI_CUDA_QKV_LOAD"}) {
+    setenv(knob, "2", 1);
+    EXPECT_THROW(CudaBackend be(0), Error) << knob;
+    unsetenv(knob);
+  }
+  EXPECT_THROW(CudaBackend(0).set_qkv_defer(4), Error);
 }
 
 }  // namespace

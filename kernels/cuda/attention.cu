@@ -251,54 +251,59 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
 // launch.h, SplitSums): each thread adds its element's slots (a query head's thread its query
 // and its gate element together; split::sum_slots, the matvec fix-up's additions: the same
 // floats) and writes the sums back to qf / k / v (the merge reads the gate from qf); the gain
-// is loaded before the dependency wait (a weight).
+// is loaded and the slot addresses formed before the dependency wait.
 template <bool kSplit>
 __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, SplitSums sq, SplitSums sk,
-                                      SplitSums sv) {
+                                      SplitSums sv, int weak) {
   extern __shared__ float row[];  // [head_dim]
   pdl_trigger();
   const int slot = blockIdx.x, i = blockIdx.y, d = p.head_dim, e = threadIdx.x;
   const bool is_v = slot >= p.n_head + p.n_head_kv, is_q = slot < p.n_head;
   float gain = 0.0f;
-  if (kSplit && !is_v) gain = (is_q ? p.q_norm : p.k_norm)[e];
+  // kSplit: the element's slots (a query head's thread: its query and its gate, d rows on) and
+  // where its sum goes back
+  const int h = is_v ? slot - p.n_head - p.n_head_kv : is_q ? slot : slot - p.n_head;
+  split::Slots el[2];
+  float* ysum = nullptr;
+  if constexpr (kSplit) {
+    if (!is_v) gain = (is_q ? p.q_norm : p.k_norm)[e];
+    const int r = is_q ? h * 2 * d + e : h * d + e;
+    const SplitSums& sj = is_q ? sq : is_v ? sv : sk;
+    el[0] = split::slots_of(sj, i, r);
+    if (is_q) el[1] = split::slots_of(sq, i, r + d);
+    ysum = sj.y + static_cast<int64_t>(i) * sj.n + r;
+  }
   pdl_wait();
   const int pos = position(pos0, pos_dev) + i;
   const int64_t kv = static_cast<int64_t>(p.n_head_kv) * d;
   if (is_v) {  // value head: a copy into the cache
-    const int hv = slot - p.n_head - p.n_head_kv;
+    const int hv = h;
     float x;
     if constexpr (kSplit) {
-      const int r = hv * d + e;
-      const split::Slots el[1] = {split::slots_of(sv, i, r)};
+      const split::Slots ev[1] = {el[0]};
       float v1[1];
-      split::sum_slots(el, v1);
+      if (weak)  // (see split::sum_slots)
+        split::sum_slots<1, split::kBatchN, true>(ev, v1);
+      else
+        split::sum_slots(ev, v1);
       x = v1[0];
-      if (el[0].nr > 1) sv.y[static_cast<int64_t>(i) * sv.n + r] = x;
+      if (el[0].nr > 1) ysum[0] = x;
     } else {
       x = p.v[static_cast<int64_t>(i) * kv + hv * d + e];
     }
     p.v_cache[pos * kv + static_cast<int64_t>(hv) * d + e] = x;
     return;
   }
-  const int h = is_q ? slot : slot - p.n_head;
   float x;
-  if constexpr (kSplit) {
-    const int r = is_q ? h * 2 * d + e : h * d + e;  // the query row; its gate is d rows on
-    split::Slots el[2];
-    float* y;
-    if (is_q) {
-      el[0] = split::slots_of(sq, i, r);
-      el[1] = split::slots_of(sq, i, r + d);
-      y = sq.y + static_cast<int64_t>(i) * sq.n + r;
-    } else {
-      el[0] = split::slots_of(sk, i, r);
-      y = sk.y + static_cast<int64_t>(i) * sk.n + r;
-    }
+  if constexpr (kSplit) {  // (a key head's el[1] has nr 0: skipped)
     float v2[2];
-    split::sum_slots(el, v2);
+    if (weak)
+      split::sum_slots<2, split::kBatchN, true>(el, v2);
+    else
+      split::sum_slots(el, v2);
     x = v2[0];
-    if (el[0].nr > 1) y[0] = x;
-    if (is_q && el[1].nr > 1) y[d] = v2[1];
+    if (el[0].nr > 1) ysum[0] = x;
+    if (is_q && el[1].nr > 1) ysum[d] = v2[1];
   } else {
     x = is_q ? p.qf[(static_cast<int64_t>(i) * p.n_head + h) * 2 * d + e]
              : p.k[static_cast<int64_t>(i) * kv + static_cast<int64_t>(h) * d + e];
@@ -349,11 +354,11 @@ void attention_merge(const float* part, float* out, int t, int n_head, int split
 }
 
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
-                    const SplitSums* split) {
+                    const SplitSums* split, bool weak) {
   const SplitSums none{};
   launch(split ? attention_prep_kernel<true> : attention_prep_kernel<false>,
          dim3(p.n_head + 2 * p.n_head_kv, t), p.head_dim, p.head_dim * sizeof(float), s, p, pos0, pos_dev,
-         split ? split[0] : none, split ? split[1] : none, split ? split[2] : none);
+         split ? split[0] : none, split ? split[1] : none, split ? split[2] : none, weak ? 1 : 0);
 }
 
 }  // namespace bonsai::cuda

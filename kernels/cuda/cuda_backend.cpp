@@ -102,7 +102,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
   m.ffn_defer = env_flag("BONSAI_CUDA_FFN_DEFER", m.ffn_defer);
-  m.qkv_defer = env_flag("BONSAI_CUDA_QKV_DEFER", m.qkv_defer);
+  if (const char* e = std::getenv("BONSAI_CUDA_QKV_DEFER"); e && *e) {
+    const std::string_view v(e);
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3') fail("BONSAI_CUDA_QKV_DEFER='{}': expected 0 .. 3", v);
+    m.qkv_defer = v[0] - '0';
+  }
   if (const char* e = std::getenv("BONSAI_CUDA_FWHT_CLUSTER"); e && *e) {
     const std::string_view v(e);
     auto ok = [](char c) { return c == '1' || c == '2' || c == '4' || c == '8'; };
@@ -159,9 +163,10 @@ void CudaBackend::set_ffn_defer(bool on) {
   impl_->flush();
   impl_->ffn_defer = on;
 }
-void CudaBackend::set_qkv_defer(bool on) {
+void CudaBackend::set_qkv_defer(int mask) {
+  if (mask < 0 || mask > 3) fail("cuda: set_qkv_defer({}): expected 0 .. 3", mask);
   impl_->flush();
-  impl_->qkv_defer = on;
+  impl_->qkv_defer = mask;
 }
 void CudaBackend::set_fwht_cluster(int swiglu, int plain) {
   auto ok = [](int c) { return c == 1 || c == 2 || c == 4 || c == 8; };
@@ -465,7 +470,8 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
     }
     const bool hold = static_cast<size_t>(tiled.count) == ws.size() &&
                       ((ws.size() == 1 && m.mv_defer != 0) ||
-                       (ws.size() == 2 && (m.ffn_defer || m.qkv_defer)) || (ws.size() == 3 && m.qkv_defer));
+                       (ws.size() == 2 && (m.ffn_defer || (m.qkv_defer & kQkvDeferGdn))) ||
+                       (ws.size() == 3 && (m.qkv_defer & kQkvDeferAttn)));
     if (hold && cuda::matvec_kernel() != cuda::MatvecKernel::legacy) {
       // The call's only launch, held back: its consumer may be a site that adds the split sums
       // itself (a residual site: one job; the SwiGLU site: gate and up; the GDN decode step: qkv

@@ -118,10 +118,11 @@ class CudaBackend : public Backend {
   // plain FWHT site (BONSAI_CUDA_FWHT_CLUSTER="swiglu,plain", else 1,1: one block, as hadamard();
   // results do not depend on it).
   void set_ffn_defer(bool on);
-  // Whether the mixers' input launches (GDN qkv+z, attention q/k/v) leave their split sums to
-  // their decode sites (cuda::gdn_decode at t = 1, cuda::attention_prep) (default:
-  // BONSAI_CUDA_QKV_DEFER, else on; results do not depend on it).
-  void set_qkv_defer(bool on);
+  // Which of the mixers' input launches leave their split sums to their decode sites, a bit
+  // mask: 1 the GDN qkv+z launch (cuda::gdn_decode at t = 1), 2 the attention q/k/v launch
+  // (cuda::attention_prep) (default: BONSAI_CUDA_QKV_DEFER=0..3, else kQkvDefer; results do
+  // not depend on it; other values are errors).
+  void set_qkv_defer(int mask);
   void set_fwht_cluster(int swiglu, int plain);
   // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
   // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.

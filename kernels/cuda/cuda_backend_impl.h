@@ -119,13 +119,15 @@ constexpr int kMatvecDefer = 1;
 // deferred fix-up and summed by the site (cuda::fwht_site_split); 0: its own fix-up.
 // docs/performance.md, "Session 8: FFN split sums in the SwiGLU site".
 constexpr bool kFfnDefer = true;
-// Default of BONSAI_CUDA_QKV_DEFER: the mixers' input launches held back the same way and summed
-// by their decode sites: the GDN qkv+z launch (two jobs) when gdn_site runs cuda::gdn_decode (t =
-// 1), the attention q/k/v launch (three jobs, t < kGemmMinTokens) in attention_site's prep
-// (cuda::attention_prep with SplitSums); 0: their own fix-up. Measured slower with 1 (tg128 254.6 /
-// 254.4 against 259.6 / 259.7, the GDN step 11.2 -> 15.3 us under ncu: docs/performance.md,
-// "Session 8: q/k/v split sums in their sites"), so off.
-constexpr bool kQkvDefer = false;
+// Default of BONSAI_CUDA_QKV_DEFER (a bit mask): the mixers' input launches held back the same
+// way and summed by their decode sites: bit kQkvDeferGdn the GDN qkv+z launch (two jobs) when
+// gdn_site runs cuda::gdn_decode (t = 1), bit kQkvDeferAttn the attention q/k/v launch (three
+// jobs, t < kGemmMinTokens) in attention_site's prep (cuda::attention_prep with SplitSums); 0:
+// their own fix-ups. Round 1 (gdn_decode's sums before its count's release) lost (tg128 254.6
+// against 259.6); round 2 counts before the sums: docs/performance.md, "Session 8: q/k/v split
+// sums in their sites".
+constexpr int kQkvDeferGdn = 1, kQkvDeferAttn = 2;
+constexpr int kQkvDefer = kQkvDeferGdn | kQkvDeferAttn;
 // Default of BONSAI_CUDA_FWHT_CLUSTER ("swiglu,plain"): thread blocks per Hadamard block of the
 // decode (t < kGemmMinTokens) SwiGLU site and plain FWHT site (cuda::fwht_site_split); 1: one
 // block (hadamard_kernel, or fwht_split_kernel<1> for deferred inputs). More is slower: the
@@ -195,7 +197,7 @@ struct CudaBackend::Impl {
   cuda::GdnDecodeConfig gdn_dec;                         // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB)
   int mv_defer = kMatvecDefer;                           // BONSAI_CUDA_MV_DEFER
   bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
-  bool qkv_defer = kQkvDefer;                            // BONSAI_CUDA_QKV_DEFER
+  int qkv_defer = kQkvDefer;                             // BONSAI_CUDA_QKV_DEFER (bit mask)
   int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)

@@ -102,9 +102,10 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
   const int64_t hd = s.head_dim;
-  if (usual && m.qkv_defer && pm.mv && pm.mv_jobs.count == 3 && pm.mv_t == t && pm.mv_jobs.job[0].y == a.qf &&
-      pm.mv_jobs.job[1].y == a.k && pm.mv_jobs.job[2].y == a.v && pm.mv_jobs.job[0].n == 2 * s.n_head * hd &&
-      pm.mv_jobs.job[1].n == s.n_head_kv * hd && pm.mv_jobs.job[2].n == s.n_head_kv * hd) {
+  if (usual && (m.qkv_defer & kQkvDeferAttn) && pm.mv && pm.mv_jobs.count == 3 && pm.mv_t == t &&
+      pm.mv_jobs.job[0].y == a.qf && pm.mv_jobs.job[1].y == a.k && pm.mv_jobs.job[2].y == a.v &&
+      pm.mv_jobs.job[0].n == 2 * s.n_head * hd && pm.mv_jobs.job[1].n == s.n_head_kv * hd &&
+      pm.mv_jobs.job[2].n == s.n_head_kv * hd) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
                         cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
@@ -126,7 +127,7 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   p.q = a.q;
   p.k_cache = a.k_cache;
   p.v_cache = a.v_cache;
-  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream, deferred ? split : nullptr);
+  cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream, deferred ? split : nullptr, m.gdn_dec.split_weak);
   check_launch(deferred ? "attention_prep (split sums)" : "attention_prep");
   m.wrote(a.q, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
   m.invalidate_quant();  // the cache rows written depend on a device-side position
@@ -250,7 +251,7 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
-  if (decode && m.qkv_defer && pm.mv && pm.mv_jobs.count == 2 && pm.mv_t == t &&
+  if (decode && (m.qkv_defer & kQkvDeferGdn) && pm.mv && pm.mv_jobs.count == 2 && pm.mv_t == t &&
       pm.mv_jobs.job[0].y == a.qkv && pm.mv_jobs.job[1].y == a.z && pm.mv_jobs.job[0].n == channels &&
       pm.mv_jobs.job[1].n == static_cast<int64_t>(s.n_v) * s.d_v) {
     pm.mv = false;

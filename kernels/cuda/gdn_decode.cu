@@ -74,12 +74,19 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
 // SplitSums): each element is added from its slots here (split::sum_slots, the matvec fix-up's
 // additions: the same floats), and written back to qkv / z (what matmul promised). A q/k channel
 // is then summed once per CTA, not once per warp: thread e sums channel e (one round trip with
-// its column's v channel and z), applies the conv (the same fmaf / silu as the warps' below) and
-// publishes the result in `win` and the raw input in `wlast` through the barrier that already
-// published the windows; the warps read both from there.
-template <int kC, bool kSplit>
+// its column's v channel and z; the slot addresses formed before the wait), applies the conv
+// (the same fmaf / silu as the warps' below) and publishes the result in `win` and the raw input
+// in `wlast` through the barrier that already published the windows; the warps read both from
+// there. The conv hand-off's count (a release: a MEMBAR that waits for the thread's outstanding
+// memory operations) stays off that chain: count_early, right after the states' loads (before
+// the wait when p.state_early) behind a barrier of its own; else after the publishing barrier,
+// with the sums' write-backs issued after it. (Round 1 summed before the barrier and wrote back
+// before the count: 11.2 -> 15.3 us per launch; docs/performance.md, "Session 8: q/k/v split
+// sums in their sites".)
+template <int kC, bool kSplit, bool kWeak>
 __global__ void __launch_bounds__(512 / kC)
-    gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, SplitSums qkv_s, SplitSums z_s) {
+    gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int count_early, SplitSums qkv_s,
+                      SplitSums z_s) {
   // [W][2][R·kPad] per-warp qn | kn (row 32·g + j at kPad·g + j); [2·d_k] the q/k conv windows
   // Σ_{j < taps-1} w_j·prev_j (q channels, then k); [2·d_k] their last taps; [taps-2][2·d_k]
   // the windows' inputs 1 .. taps-2 (the new conv state's first rows, for its writer)
@@ -161,13 +168,39 @@ __global__ void __launch_bounds__(512 / kC)
     for (int j = 0; j < kTaps - 1; ++j)
       if (j < taps - 1) vwin += vw[j] * vprev[j];  // ConvChannel's order
   };
+  // kSplit: this thread's q/k channel(s) (thread e sums channel e; the CTA's first key-head CTA
+  // writes their sums back), its column's v channel and z (written back by the column's first
+  // lane); the addresses depend on the launch only
+  const int64_t ch_z = static_cast<int64_t>(h) * d_v + col;
+  const int e0 = threadIdx.x;
+  split::Slots el[3];
+  if constexpr (kSplit) {
+    if (e0 < 2 * d_k) el[0] = split::slots_of(qkv_s, 0, static_cast<int>(qk_channel(e0)));
+    el[1] = split::slots_of(qkv_s, 0, static_cast<int>(ch_v));
+    el[2] = split::slots_of(z_s, 0, static_cast<int>(ch_z));
+  }
+  // The conv hand-off's count: the barrier orders every thread's reads of the q/k conv state
+  // (load_states: their values consumed) before it; the last of the rep·kC CTAs of key head hk
+  // to count itself writes that state at the very end (a release at GPU scope, cumulative over
+  // the barrier; inc wraps the counter back to zero for the next step).
+  unsigned last = 0;
+  auto count = [&] {
+    if (threadIdx.x == 0)
+      asm volatile("atom.release.gpu.global.inc.u32 %0, [%1], %2;"
+                   : "=r"(last)
+                   : "l"(p.conv_counters + hk), "r"(static_cast<unsigned>(rep * kC - 1))
+                   : "memory");
+  };
   if (!p.state_early) pdl_wait();
   load_states();
+  if (kSplit && count_early) {
+    __syncthreads();
+    count();
+  }
   if (p.state_early) pdl_wait();
 
   // ---- after the wait: every input load at once, then the count ----
   float xq[kMaxR], xk[kMaxR], xv, z;
-  const int64_t ch_z = static_cast<int64_t>(h) * d_v + col;
   if constexpr (!kSplit) {
 #pragma unroll
     for (int m = 0; m < kMaxR; ++m)
@@ -191,46 +224,38 @@ __global__ void __launch_bounds__(512 / kC)
       }
     }
   }
+  const bool qk_writer = kSplit && h < p.n_k && rank == 0;
+  float x0 = 0.0f;
   if constexpr (kSplit) {
-    // this thread's q/k channel(s) (the CTA's first key-head CTA writes their sums back), its
-    // column's v channel and z (written back by the column's first lane)
-    const bool qk_writer = h < p.n_k && rank == 0;
-    auto conv_qk = [&](int e, float x, bool split) {  // e < 2·d_k; win / wlast are this thread's
+    auto conv_qk = [&](int e, float x) {  // e < 2·d_k; win / wlast are this thread's
       win[e] = silu(fmaf(wlast[e], x, win[e]));
       wlast[e] = x;
-      if (split && qk_writer) qkv_s.y[qk_channel(e)] = x;
     };
-    const int e0 = threadIdx.x;
-    split::Slots el[3];
-    if (e0 < 2 * d_k) el[0] = split::slots_of(qkv_s, 0, static_cast<int>(qk_channel(e0)));
-    el[1] = split::slots_of(qkv_s, 0, static_cast<int>(ch_v));
-    el[2] = split::slots_of(z_s, 0, static_cast<int>(ch_z));
     float v3[3];
-    split::sum_slots(el, v3);
+    split::sum_slots<3, split::kBatchN, kWeak>(el, v3);  // kWeak: plain loads (see there)
+    x0 = v3[0];
     xv = v3[1];
     z = v3[2];
-    if (rgi == 0 && el[1].nr > 1) qkv_s.y[ch_v] = xv;
-    if (rgi == 0 && el[2].nr > 1) z_s.y[ch_z] = z;
-    if (e0 < 2 * d_k) conv_qk(e0, v3[0], el[0].nr > 1);
+    if (e0 < 2 * d_k) conv_qk(e0, x0);
     for (int e = e0 + T; e < 2 * d_k; e += T) {  // fewer threads than channels (4 CTAs per head)
       split::Slots one[1] = {split::slots_of(qkv_s, 0, static_cast<int>(qk_channel(e)))};
       float x[1];
-      split::sum_slots(one, x);
-      conv_qk(e, x[0], one[0].nr > 1);
+      split::sum_slots<1, split::kBatchN, kWeak>(one, x);
+      conv_qk(e, x[0]);
+      if (qk_writer && one[0].nr > 1) qkv_s.y[qk_channel(e)] = x[0];
     }
   }
 
-  // The barrier publishes win, wlast and shifted (its wait overlaps the loads above) and orders
-  // every warp's reads of the shared q/k conv state before this CTA's count: the last of the
-  // rep·kC CTAs of key head hk to count itself writes that state at the very end (a release at
-  // GPU scope, cumulative over the barrier; inc wraps the counter back to zero for the next step).
+  // The barrier publishes win, wlast and shifted (its wait overlaps the loads above; kSplit: the
+  // sums' round trip and the q/k conv) and, unless counted already, orders every warp's reads of
+  // the shared q/k conv state before this CTA's count (above).
   __syncthreads();
-  unsigned last = 0;
-  if (threadIdx.x == 0)
-    asm volatile("atom.release.gpu.global.inc.u32 %0, [%1], %2;"
-                 : "=r"(last)
-                 : "l"(p.conv_counters + hk), "r"(static_cast<unsigned>(rep * kC - 1))
-                 : "memory");
+  if (!(kSplit && count_early)) count();
+  if constexpr (kSplit) {  // the write-backs, after the count's release
+    if (qk_writer && e0 < 2 * d_k && el[0].nr > 1) qkv_s.y[qk_channel(e0)] = x0;
+    if (rgi == 0 && el[1].nr > 1) qkv_s.y[ch_v] = xv;
+    if (rgi == 0 && el[2].nr > 1) z_s.y[ch_z] = z;
+  }
 
   // ---- alpha/beta rows: this warp's partial sums ----
   float pa = 0.0f, pb = 0.0f;
@@ -453,6 +478,8 @@ GdnDecodeConfig gdn_decode_config() {
   c.cluster = knob("BONSAI_CUDA_GDN_DEC_CLUSTER", "124", static_cast<char>('0' + kGdnDecCluster)) - '0';
   c.ab_early = knob("BONSAI_CUDA_GDN_DEC_AB", "01", kGdnDecAbEarly ? '1' : '0') == '1';
   c.membar_free = knob("BONSAI_CUDA_GDN_DEC_MEMBAR", "01", kGdnDecMembarFree ? '1' : '0') == '1';
+  c.count_early = knob("BONSAI_CUDA_GDN_DEC_COUNT", "01", kGdnDecCountEarly ? '1' : '0') == '1';
+  c.split_weak = knob("BONSAI_CUDA_QKV_LOAD", "01", kSplitWeakLoads ? '1' : '0') == '1';
   return c;
 }
 
@@ -473,18 +500,23 @@ void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, con
   const int W = warps / C;
   const size_t smem = (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps) * sizeof(float);
   const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
-  const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0;
+  const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0, ce = c.count_early ? 1 : 0;
   const SplitSums sq = split ? split[0] : SplitSums{}, sz = split ? split[1] : SplitSums{};
+  // <C, split, weak loads> (split::sum_slots); without split the last parameter is unused
+  auto pick = [&](auto k1, auto k1w, auto k0) { return split ? (c.split_weak ? k1w : k1) : k0; };
   cudaError_t e = cudaSuccess;
   if (C == 1)
-    launch(split ? gdn_decode_kernel<1, true> : gdn_decode_kernel<1, false>, grid, block, smem, s, p, ab, mb,
-           sq, sz);
+    launch(pick(gdn_decode_kernel<1, true, false>, gdn_decode_kernel<1, true, true>,
+                gdn_decode_kernel<1, false, false>),
+           grid, block, smem, s, p, ab, mb, ce, sq, sz);
   else if (C == 2)
-    e = launch_cluster(split ? gdn_decode_kernel<2, true> : gdn_decode_kernel<2, false>, grid, block, 2, smem,
-                       s, p, ab, mb, sq, sz);
+    e = launch_cluster(pick(gdn_decode_kernel<2, true, false>, gdn_decode_kernel<2, true, true>,
+                            gdn_decode_kernel<2, false, false>),
+                       grid, block, 2, smem, s, p, ab, mb, ce, sq, sz);
   else
-    e = launch_cluster(split ? gdn_decode_kernel<4, true> : gdn_decode_kernel<4, false>, grid, block, 4, smem,
-                       s, p, ab, mb, sq, sz);
+    e = launch_cluster(pick(gdn_decode_kernel<4, true, false>, gdn_decode_kernel<4, true, true>,
+                            gdn_decode_kernel<4, false, false>),
+                       grid, block, 4, smem, s, p, ab, mb, ce, sq, sz);
   if (e != cudaSuccess) fail("cuda: gdn_decode over clusters of {}: {}", C, cudaGetErrorString(e));
 }
 

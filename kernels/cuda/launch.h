@@ -241,8 +241,10 @@ struct AttnPrep {
   int n_rot = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   float *q = nullptr, *k_cache = nullptr, *v_cache = nullptr;
 };
+// split (optional): qf, k and v unsummed (the deferred q/k/v launch's three jobs); weak: their
+// slots read with plain loads, else ld.global.cg (split_sums.cuh, sum_slots).
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
-                    const SplitSums* split = nullptr);
+                    const SplitSums* split = nullptr, bool weak = true);
 
 // ---- gated delta net ------------------------------------------------------------------------
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,

@@ -140,8 +140,14 @@ __device__ __forceinline__ Slots slots_of(const SplitSums& s, int tok, int row) 
   e.p = e.nr > 1 ? slot0(s, tok, row) : s.y + static_cast<size_t>(tok) * s.n + row;
   return e;
 }
+// kWeak: plain (weak) loads, which ptxas issues together; else ld.global.cg, which sm_90 runs as
+// LDG.E.STRONG.GPU and which ptxas interleaved with the additions in gdn_decode_kernel<2, true>
+// (one L2 round trip per slot or two: 11.2 -> 15.4 us per launch, H200 ncu source counters).
+// Weak loads read what the matvec wrote: its grid completed before the reader's
+// griddepcontrol.wait, and the slots are not written while a reader runs (as the sites' plain
+// loads of a matvec's summed y).
 inline constexpr int kBatchN = 8;
-template <int N, int B = kBatchN>
+template <int N, int B = kBatchN, bool kWeak = false>
 __device__ __forceinline__ void sum_slots(const Slots (&e)[N], float (&v)[N]) {
   int n = 0;
 #pragma unroll
@@ -155,7 +161,10 @@ __device__ __forceinline__ void sum_slots(const Slots (&e)[N], float (&v)[N]) {
     for (int j = 0; j < B; ++j)
 #pragma unroll
       for (int i = 0; i < N; ++i)
-        if (r0 + j < e[i].nr) x[i][j] = __ldcg(e[i].p + static_cast<size_t>(r0 + j) * kSlotFloats);
+        if (r0 + j < e[i].nr) {
+          const float* a = e[i].p + static_cast<size_t>(r0 + j) * kSlotFloats;
+          x[i][j] = kWeak ? *a : __ldcg(a);
+        }
 #pragma unroll
     for (int j = 0; j < B; ++j)
 #pragma unroll
