@@ -123,11 +123,12 @@ constexpr bool kFfnDefer = true;
 // way and summed by their decode sites: bit kQkvDeferGdn the GDN qkv+z launch (two jobs) when
 // gdn_site runs cuda::gdn_decode (t = 1), bit kQkvDeferAttn the attention q/k/v launch (three
 // jobs, t < kGemmMinTokens) in attention_site's prep (cuda::attention_prep with SplitSums); 0:
-// their own fix-ups. Round 1 (gdn_decode's sums before its count's release) lost (tg128 254.6
-// against 259.6); round 2 counts before the sums: docs/performance.md, "Session 8: q/k/v split
-// sums in their sites".
+// their own fix-ups. The attention half alone wins (tg128 261.02 / 261.10 against 260.24 /
+// 260.31 and 259.63 / 259.72, two H200 calls); the GDN half loses in every form built
+// (gdn_decode 11.2 -> 15.4 us per launch under ncu; tg128 -1.6 .. -2.0 %), so it is off:
+// docs/performance.md, "Session 8: q/k/v split sums in their sites".
 constexpr int kQkvDeferGdn = 1, kQkvDeferAttn = 2;
-constexpr int kQkvDefer = kQkvDeferGdn | kQkvDeferAttn;
+constexpr int kQkvDefer = kQkvDeferAttn;
 // Default of BONSAI_CUDA_FWHT_CLUSTER ("swiglu,plain"): thread blocks per Hadamard block of the
 // decode (t < kGemmMinTokens) SwiGLU site and plain FWHT site (cuda::fwht_site_split); 1: one
 // block (hadamard_kernel, or fwht_split_kernel<1> for deferred inputs). More is slower: the

@@ -24,8 +24,9 @@
 //     for those 32 stores per thread first: docs/performance.md, "Session 8: GDN decode step".)
 // H200, 27B: 14.8 -> 11.3 us per launch (ncu, serialized), tg128 +3.9 %.
 // With the qkv+z matvec deferred (split, CudaBackend's BONSAI_CUDA_QKV_DEFER) the step adds
-// qkv's and z's split sums itself: each CTA sums a q/k channel once (thread e), not once per warp
-// (docs/performance.md, "Session 8: q/k/v split sums in their sites").
+// qkv's and z's split sums itself: each CTA sums a q/k channel once (thread e), not once per warp.
+// Measured slower in two rounds (15.4 us per launch against 11.2, tg128 -1.6 .. -2.0 %), so off
+// by default (docs/performance.md, "Session 8: q/k/v split sums in their sites").
 // The conv is ConvChannel's arithmetic (gdn.cu) in the same order; the dot products, the
 // decay's placement and the norms' sums run in another order than gdn_fused's: the results agree
 // to a few fp32 roundings (tests/test_backend_cuda_gdn_dec.cpp).
@@ -81,8 +82,9 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
 // memory operations) stays off that chain: count_early, right after the states' loads (before
 // the wait when p.state_early) behind a barrier of its own; else after the publishing barrier,
 // with the sums' write-backs issued after it. (Round 1 summed before the barrier and wrote back
-// before the count: 11.2 -> 15.3 us per launch; docs/performance.md, "Session 8: q/k/v split
-// sums in their sites".)
+// before the count: 11.2 -> 15.3 us per launch; round 2's placements: 15.4 / 15.5 us, the cost
+// is the slot round trip itself; docs/performance.md, "Session 8: q/k/v split sums in their
+// sites".)
 template <int kC, bool kSplit, bool kWeak>
 __global__ void __launch_bounds__(512 / kC)
     gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int count_early, SplitSums qkv_s,

@@ -140,12 +140,13 @@ __device__ __forceinline__ Slots slots_of(const SplitSums& s, int tok, int row) 
   e.p = e.nr > 1 ? slot0(s, tok, row) : s.y + static_cast<size_t>(tok) * s.n + row;
   return e;
 }
-// kWeak: plain (weak) loads, which ptxas issues together; else ld.global.cg, which sm_90 runs as
-// LDG.E.STRONG.GPU and which ptxas interleaved with the additions in gdn_decode_kernel<2, true>
-// (one L2 round trip per slot or two: 11.2 -> 15.4 us per launch, H200 ncu source counters).
-// Weak loads read what the matvec wrote: its grid completed before the reader's
-// griddepcontrol.wait, and the slots are not written while a reader runs (as the sites' plain
-// loads of a matvec's summed y).
+// kWeak: plain (weak) loads; else ld.global.cg, which sm_90 runs as LDG.E.STRONG.GPU, and which
+// ptxas interleaved with the additions in gdn_decode_kernel<2, true> (ncu source counters: a
+// long-scoreboard stall on nearly every add). Plain loads did not make that kernel faster
+// (15.49 against 15.41 us per launch, H200 ncu) nor the attention prep slower (4.75 against
+// 4.96 us): docs/performance.md, "Session 8: q/k/v split sums in their sites". They read what
+// the matvec wrote: its grid completed before the reader's griddepcontrol.wait, and the slots
+// are not written while a reader runs (as the sites' plain loads of a matvec's summed y).
 inline constexpr int kBatchN = 8;
 template <int N, int B = kBatchN, bool kWeak = false>
 __device__ __forceinline__ void sum_slots(const Slots (&e)[N], float (&v)[N]) {
