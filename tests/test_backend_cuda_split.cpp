@@ -7,8 +7,9 @@
 //     both kinds, nr > 8, nr > 32 (the loads in more than one batch), a partial last group,
 //     t = 1..4 and two token groups (t = 5, 8); legacy asked for defer runs last.
 //   CudaSplitSums.ResidualSiteMatchesFixupBitwise: residual_norm_site_split (the site adds the
-//     slots; cluster of the row's Hadamard blocks) against matvec first + residual_norm_site:
-//     x_out, normed, rotated, the quantized activation and its scales, and y itself.
+//     slots; cluster of the row's Hadamard blocks) in its three forms (BONSAI_CUDA_RES_SPLIT: how the
+//     x·x terms go around the cluster) against matvec first + residual_norm_site: x_out, normed,
+//     rotated, the quantized activation and its scales, and y itself.
 //   CudaSplitSums.BackendModesMatchBitwise: CudaBackend's matmul + residual_norm_site under
 //     BONSAI_CUDA_MV_DEFER's three modes (set_matvec_defer), eagerly and recorded as a graph,
 //     and a held-back matmul whose y is read by another op first.
@@ -158,42 +159,44 @@ TEST(CudaSplitSums, ResidualSiteMatchesFixupBitwise) {
       cuda::residual_norm_site(dx, a.y, a.x_out, dgain, dsigns, cs.block, a.normed, a.rotated, t, cs.n, 1e-6f,
                                a.xq, a.meta, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-      for (const auto kernel : {cuda::MatvecKernel::ws, cuda::MatvecKernel::bulk}) {
-        const std::string w2 = what + (kernel == cuda::MatvecKernel::ws ? " ws" : " bulk");
-        cudaMemset(b.y, 0xff, count * 4);
-        for (float* p : {b.x_out, b.normed, b.rotated}) cudaMemset(p, 0xff, count * 4);
-        cudaMemset(b.xq, 0xff, qbytes);
-        cudaMemset(b.meta, 0xff, mbytes);
-        cuda::SplitSums split;
-        ASSERT_EQ(static_cast<int>(mv.run(b.y, kernel, cuda::MatvecFixup::defer, &split)),
-                  static_cast<int>(cuda::MatvecFixup::defer))
-            << w2;
-        // Blocks up to 1024 columns must take the split site (the 27B's); larger ones may be
-        // refused (registers): then the standalone sum and the plain site, as the backend does.
-        const bool took =
-            cuda::residual_norm_site_split(dx, split, b.x_out, dgain, dsigns, cs.block, b.normed, b.rotated,
-                                           t, cs.n, 1e-6f, b.xq, b.meta, nullptr);
-        if (cs.block <= 1024) {
-          ASSERT_TRUE(took) << w2;
+      for (const auto kernel : {cuda::MatvecKernel::ws, cuda::MatvecKernel::bulk})
+        for (int form = 0; form <= 2; ++form) {
+          const std::string w2 =
+              what + (kernel == cuda::MatvecKernel::ws ? " ws" : " bulk") + " form " + std::to_string(form);
+          cudaMemset(b.y, 0xff, count * 4);
+          for (float* p : {b.x_out, b.normed, b.rotated}) cudaMemset(p, 0xff, count * 4);
+          cudaMemset(b.xq, 0xff, qbytes);
+          cudaMemset(b.meta, 0xff, mbytes);
+          cuda::SplitSums split;
+          ASSERT_EQ(static_cast<int>(mv.run(b.y, kernel, cuda::MatvecFixup::defer, &split)),
+                    static_cast<int>(cuda::MatvecFixup::defer))
+              << w2;
+          // Blocks up to 1024 columns must take the split site (the 27B's); larger ones may be
+          // refused (registers): then the standalone sum and the plain site, as the backend does.
+          const bool took =
+              cuda::residual_norm_site_split(dx, split, b.x_out, dgain, dsigns, cs.block, b.normed, b.rotated,
+                                             t, cs.n, 1e-6f, b.xq, b.meta, nullptr, form);
+          if (cs.block <= 1024) {
+            ASSERT_TRUE(took) << w2;
+          }
+          if (!took) {
+            cuda::matvec_split_sum(split, nullptr);
+            cuda::residual_norm_site(dx, b.y, b.x_out, dgain, dsigns, cs.block, b.normed, b.rotated, t, cs.n,
+                                     1e-6f, b.xq, b.meta, nullptr);
+          }
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << w2;
+          for (auto [pa, pb, name] :
+               {std::tuple{a.y, b.y, "y"}, std::tuple{a.x_out, b.x_out, "x_out"},
+                std::tuple{a.normed, b.normed, "normed"}, std::tuple{a.rotated, b.rotated, "rotated"}}) {
+            const auto va = down(pa, count), vb = down(pb, count);
+            expect_same_bits(va.data(), vb.data(), count * 4, w2 + " " + name);
+          }
+          const auto qa = down(a.xq, qbytes), qb = down(b.xq, qbytes);
+          expect_same_bits(qa.data(), qb.data(), qbytes, w2 + " xq");
+          const auto ma = down(reinterpret_cast<uint8_t*>(a.meta), mbytes),
+                     mb = down(reinterpret_cast<uint8_t*>(b.meta), mbytes);
+          expect_same_bits(ma.data(), mb.data(), mbytes, w2 + " meta");
         }
-        if (!took) {
-          cuda::matvec_split_sum(split, nullptr);
-          cuda::residual_norm_site(dx, b.y, b.x_out, dgain, dsigns, cs.block, b.normed, b.rotated, t, cs.n,
-                                   1e-6f, b.xq, b.meta, nullptr);
-        }
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << w2;
-        for (auto [pa, pb, name] :
-             {std::tuple{a.y, b.y, "y"}, std::tuple{a.x_out, b.x_out, "x_out"},
-              std::tuple{a.normed, b.normed, "normed"}, std::tuple{a.rotated, b.rotated, "rotated"}}) {
-          const auto va = down(pa, count), vb = down(pb, count);
-          expect_same_bits(va.data(), vb.data(), count * 4, w2 + " " + name);
-        }
-        const auto qa = down(a.xq, qbytes), qb = down(b.xq, qbytes);
-        expect_same_bits(qa.data(), qb.data(), qbytes, w2 + " xq");
-        const auto ma = down(reinterpret_cast<uint8_t*>(a.meta), mbytes),
-                   mb = down(reinterpret_cast<uint8_t*>(b.meta), mbytes);
-        expect_same_bits(ma.data(), mb.data(), mbytes, w2 + " meta");
-      }
     }
   }
 }

@@ -157,9 +157,13 @@ void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_
 // blocks (n / block <= 8, compute capability 9.x) shares the summed x + delta through
 // distributed shared memory. Returns false (launching nothing) where that does not apply (also
 // blocks whose threads the kernel's registers do not allow: block > 1024 at sm_90a).
+// `form` (norm_fwht.cu, residual_norm_split_kernel): how the cluster exchanges the x·x terms, all
+// three the same floats: 0 the session-6 kernel, 1 lean (default), 2 lean with st.async pushes.
+int residual_split_form();  // BONSAI_CUDA_RES_SPLIT=0|1|2, read once; another value is an error
 bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_out, const float* gain,
                               const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s);
+                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s,
+                              int form = residual_split_form());
 
 // The forward, quantizing SwiGLU site (up.y != nullptr: swiglu_hadamard) or FWHT site (up.y ==
 // nullptr: hadamard) with x and up read through SplitSums: the unsummed outputs of a deferred

@@ -1,6 +1,9 @@
 // RMS norms and the blockwise Walsh–Hadamard site (optionally quantizing its
 // output for the ternary matvec in the same pass).
 #include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string_view>
 
 #include <cooperative_groups.h>
 
@@ -322,47 +325,129 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
 // residual_norm_kernel with delta the unsummed output of a deferred matvec (launch.h,
 // SplitSums). Grid (rows, nb = n / block) in clusters of (1, nb): block b adds only its own
 // float4 of x + delta (its Hadamard block's columns: nr slot loads per float4 instead of the
-// whole row), writes the summed delta to delta.y, keeps x + delta in shared memory, and after a
-// cluster barrier reads the row's other float4s from the other blocks' shared memory, so that
-// thread i forms Σx² over Hadamard blocks 0, 1, ... at float4 i with the same expression as
-// residual_norm_kernel's loop, then block_sum: the same floats. The rest is residual_norm_kernel.
+// whole row), writes the summed delta to delta.y, and hands the row's x·x terms around the
+// cluster, so that thread i forms Σx² over Hadamard blocks 0, 1, ... at float4 i with the same
+// expression as residual_norm_kernel's loop, then block_sum: the same floats. The rest is
+// residual_norm_kernel. kForm (BONSAI_CUDA_RES_SPLIT; the chain after griddepcontrol.wait is
+// this site's share of the step's critical path):
+//   0 (session 6): x + delta through shared memory, cluster.sync() (its release arrive waits in a
+//     MEMBAR for the delta.y store issued before it), the other blocks' float4s read through
+//     distributed shared memory, a release "done reading" arrive, block_sum.
+//   1 (lean): each thread publishes its float4's x·x term (one float); the barrier is split so that
+//     the delta.y / x_out stores go between its arrive and its wait; the done-reading arrive is
+//     relaxed (it orders no memory); the block sum has no leading barrier.
+//   2 (lean + pushes): the terms pushed into every other block's shared memory with st.async,
+//     counted on the receiver's mbarrier (one one-way trip, no MEMBAR after the wait): the
+//     mbarrier's init and the cluster arrive that publishes it run before griddepcontrol.wait.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the kernel's only caller exists for sm_90 alone
+__device__ __forceinline__ float xx_term(float4 v) {
+  // residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w` compiles to this
+  // contraction (x·x rounded, then three FMAs, then the add; its PTX); spelled out, since the
+  // same expression here was contracted from y·y instead: other floats.
+  return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
+}
+#endif
+
+template <int kForm>
 __global__ void residual_norm_split_kernel(const float* x, SplitSums delta, float* x_out,
                                            const float* __restrict__ gain, const float* __restrict__ signs,
                                            float* __restrict__ normed, float* __restrict__ rotated, int n,
                                            int block, float eps, uint8_t* __restrict__ xq,
                                            float4* __restrict__ meta) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float buf[];  // [2 · block] the FWHT's buffers, [block] this block's x + delta
+  // [2 · block] the FWHT's buffers; then form 0: [block] this block's x + delta, form 1: [block / 4]
+  // its x·x terms, form 2: [nb][block / 4] the row's x·x terms (Hadamard block r at r · block / 4)
+  extern __shared__ __align__(16) float buf[];
   pdl_trigger();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
-  const int own = blockIdx.y, nb = static_cast<int>(gridDim.y);
+  const int own = blockIdx.y, nb = static_cast<int>(gridDim.y), T = static_cast<int>(blockDim.x);
   const int i = 4 * threadIdx.x, col = own * block + i;
   const float4 gn = ld4(gain + col);  // weights: not written by any kernel
   const float4 sg = signs ? ld4(signs + col) : make_float4(1, 1, 1, 1);
+  float* sum_s = buf + 2 * block;
+  [[maybe_unused]] uint32_t bar_a = 0;
+  if constexpr (kForm == 2) {
+    __shared__ __align__(8) uint64_t bar;
+    bar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
+    if (threadIdx.x == 0) {  // one arrival (this one) and the other blocks' terms
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
+                   "r"((nb - 1) * T * 4)
+                   : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // Published to the cluster (its own shared memory only: no PDL hazard before the wait); the
+    // matching wait precedes the first push.
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  }
   pdl_wait();  // the matvec's slots (and x, written before it)
   float4 v = ld4(x + row + col);
   bool split = false;
   const float4 d = split::load4(delta, static_cast<int>(blockIdx.x), col, &split);
   v = make_float4(v.x + d.x, v.y + d.y, v.z + d.z, v.w + d.w);
-  float* sum_s = buf + 2 * block;
-  st4(sum_s + i, v);
-  if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's x + delta is in its shared memory
   float ss = 0.0f;
-  for (int r = 0; r < nb; ++r) {  // the cluster's rank r is the row's Hadamard block r
-    const float4 w = ld4(cluster.map_shared_rank(sum_s, r) + i);
-    // Spelled out: residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w`
-    // compiles to this contraction (x·x rounded, then three FMAs, then the add; its PTX), but
-    // the same expression here was contracted from y·y instead: other floats.
-    ss = __fadd_rn(ss, __fmaf_rn(w.w, w.w, __fmaf_rn(w.z, w.z, __fmaf_rn(w.y, w.y, __fmul_rn(w.x, w.x)))));
+  if constexpr (kForm == 0) {
+    st4(sum_s + i, v);
+    if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
+    cluster.sync();                          // every block's x + delta is in its shared memory
+    for (int r = 0; r < nb; ++r)             // the cluster's rank r is the row's Hadamard block r
+      ss = __fadd_rn(ss, xx_term(ld4(cluster.map_shared_rank(sum_s, r) + i)));
+    // Done reading the other blocks' shared memory; the matching wait below, before the block
+    // exits, keeps each block's memory alive until every block of the cluster has read it.
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    st4(x_out + row + col, v);
+    ss = block_sum(ss);
+  } else {
+    const float q = xx_term(v);
+    if constexpr (kForm == 1) {
+      sum_s[threadIdx.x] = q;
+      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+      if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
+      st4(x_out + row + col, v);
+      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every block's terms
+      for (int r = 0; r < nb; ++r)
+        ss = __fadd_rn(ss, r == own ? q : *(cluster.map_shared_rank(sum_s, r) + threadIdx.x));
+      // Done reading (the values are in ss): relaxed, it orders no memory; the matching wait at
+      // the end keeps each block's memory alive until every block of the cluster has read it.
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    } else {
+      // lanes 4j .. 4j + 3 gather their terms into one float4; lane 4j + m pushes it to the
+      // blocks r ≡ m (mod 4) but this one, at qs[own][4j ..] there
+      const int lane = threadIdx.x & 31, g0 = lane & ~3;
+      const float4 q4 = make_float4(__shfl_sync(kFullMask, q, g0), __shfl_sync(kFullMask, q, g0 + 1),
+                                    __shfl_sync(kFullMask, q, g0 + 2), __shfl_sync(kFullMask, q, g0 + 3));
+      const uint32_t q_a =
+          static_cast<uint32_t>(__cvta_generic_to_shared(sum_s + own * T + (threadIdx.x & ~3)));
+      __syncwarp();  // the .aligned wait: the warp's lanes together again after the slot loads
+      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every mbarrier is initialised
+      for (int r = lane & 3; r < nb; r += 4)
+        if (r != own) {
+          uint32_t dst, rbar;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(q_a), "r"(r));
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar_a), "r"(r));
+          asm volatile(
+              "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::
+                  "r"(dst),
+              "f"(q4.x), "f"(q4.y), "f"(q4.z), "f"(q4.w), "r"(rbar)
+              : "memory");
+        }
+      if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
+      st4(x_out + row + col, v);
+      asm volatile(
+          "{\n .reg .pred p;\n RES_WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
+          "[%0], 0;\n @!p bra RES_WAIT_%=;\n}\n" ::"r"(bar_a)
+          : "memory");  // every other block's terms have landed here
+      for (int r = 0; r < nb; ++r) ss = __fadd_rn(ss, r == own ? q : sum_s[r * T + threadIdx.x]);
+    }
+    __shared__ float red[32];  // common.cuh's block_sum without its leading barrier: red is used once
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    ss = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) ss += red[w];
   }
-  // Done reading the other blocks' shared memory; the matching wait below, before the block
-  // exits, keeps each block's memory alive until every block of the cluster has read it.
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-  st4(x_out + row + col, v);
-  ss = block_sum(ss);
   const float scale = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
   const float4 nv =
       make_float4(v.x * scale * gn.x, v.y * scale * gn.y, v.z * scale * gn.z, v.w * scale * gn.w);
@@ -373,7 +458,9 @@ __global__ void residual_norm_split_kernel(const float* x, SplitSums delta, floa
   if (xq)
     quantize_block(o, threadIdx.x & 31, reinterpret_cast<uint32_t*>(xq + ((row + col) / kBlockK) * kActBytes),
                    meta + (row + col) / kBlockK);
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  // forms 0, 1: the done-reading arrive's wait; form 2 exits freely: each block waited on its
+  // mbarrier for every push into it, and its own pushes need nothing of it (register sources)
+  if constexpr (kForm != 2) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
   __trap();  // launched only on compute capability 9.x (residual_norm_site_split)
 #endif
@@ -454,24 +541,50 @@ namespace bonsai::cuda {
 
 bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_out, const float* gain,
                               const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
-                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s) {
+                              int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s, int form) {
   if (block < 128 || block > 4096 || block % kBlockK || n % block || n / block > 8 || delta.t != rows ||
-      delta.n != n || !clusters_available())
+      delta.n != n || form < 0 || form > 2 || !clusters_available())
     return false;
+  using Kernel = void (*)(const float*, SplitSums, float*, const float*, const float*, float*, float*, int,
+                          int, float, uint8_t*, float4*);
+  const Kernel kernels[] = {residual_norm_split_kernel<0>, residual_norm_split_kernel<1>,
+                            residual_norm_split_kernel<2>};
   // The slot loads in flight take registers (168 at sm_90a): blocks of 1024 columns (256
   // threads) fit, the largest ones may not.
-  static const int max_threads = [] {
-    cudaFuncAttributes fa{};
-    const bool ok = cudaFuncGetAttributes(&fa, residual_norm_split_kernel) == cudaSuccess;
-    cudaGetLastError();  // a failed query is not an error of the next launch
-    return ok ? fa.maxThreadsPerBlock : 0;
+  static const auto max_threads = [&kernels] {
+    std::array<int, 3> m{};
+    for (int f = 0; f < 3; ++f) {
+      cudaFuncAttributes fa{};
+      const bool ok = cudaFuncGetAttributes(&fa, kernels[f]) == cudaSuccess;
+      cudaGetLastError();  // a failed query is not an error of the next launch
+      m[f] = ok ? fa.maxThreadsPerBlock : 0;
+    }
+    return m;
   }();
-  if (block / 4 > max_threads) return false;
+  if (block / 4 > max_threads[form]) return false;
   const unsigned nb = static_cast<unsigned>(n / block);
   const dim3 grid(static_cast<unsigned>(rows), nb);
-  return launch_cluster(residual_norm_split_kernel, grid, static_cast<unsigned>(block / 4), dim3(1, nb, 1),
-                        3 * block * sizeof(float), s, x, delta, x_out, gain, signs, normed, rotated,
-                        static_cast<int>(n), static_cast<int>(block), eps, xq, meta) == cudaSuccess;
+  // shared memory: see the kernel (form 2: the row's n / 4 terms after the FWHT's buffers)
+  const size_t smem = (2 * block + (form == 2 ? std::max<int64_t>(block, n / 4) : block)) * sizeof(float);
+  return launch_cluster(kernels[form], grid, static_cast<unsigned>(block / 4), dim3(1, nb, 1), smem, s, x,
+                        delta, x_out, gain, signs, normed, rotated, static_cast<int>(n),
+                        static_cast<int>(block), eps, xq, meta) == cudaSuccess;
+}
+
+int residual_split_form() {
+  static const int form = [] {
+    const char* e = std::getenv("BONSAI_CUDA_RES_SPLIT");
+    const std::string_view v = e ? e : "";
+    if (v.empty()) return 1;
+    if (v.size() != 1 || v[0] < '0' || v[0] > '2')
+      fail(
+          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean, the default) or 2 (lean "
+          "with "
+          "st.async pushes)",
+          v);
+    return v[0] - '0';
+  }();
+  return form;
 }
 
 }  // namespace bonsai::cuda
