@@ -189,6 +189,19 @@ bool pdl_enabled() {
   return on;
 }
 
+bool clusters_available() {
+  static const bool ok = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major == 9;
+  }();
+  return ok;
+}
+
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s) {
   void *a = nullptr, *b = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;

@@ -434,36 +434,6 @@ __global__ void __launch_bounds__(512 / kC)
   }
 }
 
-template <class... KArgs, class... Args>
-cudaError_t launch_cluster(void (*kernel)(KArgs...), unsigned grid, unsigned block, unsigned cluster,
-                           size_t smem, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
-}
-
-bool clusters_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major == 9;  // the sm_90a build; other devices run the PTX, whose cluster kernels trap
-  }();
-  return ok;
-}
-
 }  // namespace
 
 GdnDecodeConfig gdn_decode_config() {
@@ -497,7 +467,7 @@ bool gdn_decode_fits(const GdnFused& p) {
 
 void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, const SplitSums* split) {
   const int R = p.d_k / 32, warps = p.d_v * R / 32;
-  int C = clusters_ok() ? c.cluster : 1;
+  int C = clusters_available() ? c.cluster : 1;
   while (C > 1 && warps % C) C /= 2;
   const int W = warps / C;
   const size_t smem = (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps) * sizeof(float);

@@ -263,21 +263,9 @@ bool run_site_f16_cluster(const SiteF16Args& a, int64_t rows, int64_t k, int64_t
     cudaGetLastError();
     return false;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(c));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = 1;
-  attr[1].val.clusterDim.y = static_cast<unsigned>(c);
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  if (cudaLaunchKernelEx(&cfg, kernel, a, static_cast<int>(k), static_cast<int>(block), nb) == cudaSuccess)
+  if (launch_cluster(kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(c)),
+                     dim3(static_cast<unsigned>(threads)), dim3(1, static_cast<unsigned>(c), 1), smem, s, a,
+                     static_cast<int>(k), static_cast<int>(block), nb) == cudaSuccess)
     return true;
   cudaGetLastError();  // a refused cluster launch is not an error of the next launch
   return false;
@@ -296,19 +284,6 @@ bool run_site_f16_cluster(const SiteF16Args& a, int64_t rows, int64_t k, int64_t
     default:
       return run_site_f16_cluster<KIND, 4>(a, rows, k, block, s);
   }
-}
-
-bool clusters_available() {
-  static const bool ok = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major == 9;  // the sm_90a build; other devices run the PTX, whose kernel is a stub
-  }();
-  return ok;
 }
 
 }  // namespace
