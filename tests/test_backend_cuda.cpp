@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "raw_weight.h"
 #include "temp_path.h"
 #include "test_util.h"
 
@@ -34,11 +35,7 @@ namespace {
 
 using testing_util::randn;
 
-// A weight matrix in its file layout, owning its bytes.
-struct HostWeight {
-  std::vector<uint8_t> bytes;
-  Weight w;
-};
+using testing_util::HostWeight;
 
 HostWeight make_weight(DType type, int64_t n, int64_t k, uint32_t seed) {
   HostWeight h;

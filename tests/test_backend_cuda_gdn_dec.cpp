@@ -22,37 +22,16 @@
 #include "kernels/cuda/gdn_decode.h"
 #endif
 
+#include "raw_weight.h"
 #include "test_util.h"
 
 #if BONSAI_HAVE_CUDA
 namespace bonsai {
 namespace {
 
+using testing_util::HostWeight;
 using testing_util::randn;
-
-// A raw F16 / BF16 weight [n][k] (normal values of the given std), owning its bytes.
-struct HostWeight {
-  std::vector<uint8_t> bytes;
-  Weight w;
-};
-
-HostWeight raw_weight(DType type, int64_t n, int64_t k, uint32_t seed, float std) {
-  HostWeight h;
-  h.bytes.resize(2 * static_cast<size_t>(n * k));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> val(0.0f, std);
-  for (int64_t i = 0; i < n * k; ++i) {
-    const uint16_t bits = type == DType::F16 ? f32_to_fp16(val(rng)) : f32_to_bf16(val(rng));
-    std::memcpy(h.bytes.data() + 2 * i, &bits, 2);
-  }
-  h.w.name = std::string(dtype_name(type)) + " test weight";
-  h.w.type = type;
-  h.w.n = n;
-  h.w.k = k;
-  h.w.data = h.bytes.data();
-  h.w.nbytes = h.bytes.size();
-  return h;
-}
+using testing_util::raw_weight;
 
 // |a - b| <= tol·max(1, |b|) elementwise; non-fatal, one message with the count and the worst.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol,

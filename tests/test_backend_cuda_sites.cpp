@@ -16,43 +16,16 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "raw_weight.h"
 #include "test_util.h"
 
 #if BONSAI_HAVE_CUDA
 namespace bonsai {
 namespace {
 
+using testing_util::HostWeight;
 using testing_util::randn;
-
-// A raw F32 / F16 / BF16 weight [n][k] (normal values, std 0.5), owning its bytes.
-struct HostWeight {
-  std::vector<uint8_t> bytes;
-  Weight w;
-};
-
-HostWeight raw_weight(DType type, int64_t n, int64_t k, uint32_t seed) {
-  HostWeight h;
-  const size_t elem = type == DType::F32 ? 4 : 2;
-  h.bytes.resize(elem * static_cast<size_t>(n * k));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> val(0.0f, 0.5f);
-  for (int64_t i = 0; i < n * k; ++i) {
-    const float v = val(rng);
-    if (type == DType::F32) {
-      std::memcpy(h.bytes.data() + 4 * i, &v, 4);
-    } else {
-      const uint16_t bits = type == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
-      std::memcpy(h.bytes.data() + 2 * i, &bits, 2);
-    }
-  }
-  h.w.name = std::string(dtype_name(type)) + " test weight";
-  h.w.type = type;
-  h.w.n = n;
-  h.w.k = k;
-  h.w.data = h.bytes.data();
-  h.w.nbytes = h.bytes.size();
-  return h;
-}
+using testing_util::raw_weight;
 
 // |a - b| <= tol·max(1, |b|) elementwise.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol,
