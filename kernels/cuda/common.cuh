@@ -75,32 +75,16 @@ __device__ __forceinline__ void pdl_trigger() {
 // BONSAI_CUDA_PDL=0. Read once per process; the answer never changes afterwards.
 bool pdl_enabled();
 
-// kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute.
-template <class... KArgs, class... Args>
-void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
-}
-
 // Whether thread-block clusters can be launched: a device of compute capability 9.x, which runs the
 // sm_90a build (other devices run the portable PTX, whose cluster kernels are stubs). Read once per
 // process; the answer never changes afterwards.
 bool clusters_available();
 
-// launch() with a cluster shape as well. Returns the launch's status: a refused cluster launch
-// (e.g. a shape the device cannot co-schedule) is for the caller to handle.
+// kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute and, when
+// `cluster` is given, that cluster shape. Returns the launch's status.
 template <class... KArgs, class... Args>
-cudaError_t launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
-                           cudaStream_t s, Args... args) {
+cudaError_t launch_config(void (*kernel)(KArgs...), dim3 grid, dim3 block, const dim3* cluster, size_t smem,
+                          cudaStream_t s, Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -109,13 +93,29 @@ cudaError_t launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cluster.x;
-  attr[1].val.clusterDim.y = cluster.y;
-  attr[1].val.clusterDim.z = cluster.z;
+  if (cluster) {
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster->x;
+    attr[1].val.clusterDim.y = cluster->y;
+    attr[1].val.clusterDim.z = cluster->z;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = 2;
+  cfg.numAttrs = cluster ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+
+// The usual launch: errors surface at the next synchronizing call, as with <<<>>>.
+template <class... KArgs, class... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  launch_config(kernel, grid, block, nullptr, smem, s, args...);
+}
+
+// launch() with a cluster shape. Returns the launch's status: a refused cluster launch (e.g. a shape
+// the device cannot co-schedule) is for the caller to handle.
+template <class... KArgs, class... Args>
+cudaError_t launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster, size_t smem,
+                           cudaStream_t s, Args... args) {
+  return launch_config(kernel, grid, block, &cluster, smem, s, args...);
 }
 
 }  // namespace bonsai::cuda
