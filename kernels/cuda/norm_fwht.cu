@@ -336,9 +336,9 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
 //   1 (lean): each thread publishes its float4's x·x term (one float); the barrier is split so that
 //     the delta.y / x_out stores go between its arrive and its wait; the done-reading arrive is
 //     relaxed (it orders no memory); the block sum has no leading barrier.
-//   2 (lean + pushes): the terms pushed into every other block's shared memory with st.async,
-//     counted on the receiver's mbarrier (one one-way trip, no MEMBAR after the wait): the
-//     mbarrier's init and the cluster arrive that publishes it run before griddepcontrol.wait.
+//   2 (lean + pushes, the default): the terms pushed into every other block's shared memory with
+//     st.async, counted on the receiver's mbarrier (one one-way trip, no MEMBAR after the wait):
+//     the mbarrier's init and the cluster arrive that publishes it run before griddepcontrol.wait.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the kernel's only caller exists for sm_90 alone
 __device__ __forceinline__ float xx_term(float4 v) {
   // residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w` compiles to this
@@ -544,12 +544,11 @@ int residual_split_form() {
   static const int form = [] {
     const char* e = std::getenv("BONSAI_CUDA_RES_SPLIT");
     const std::string_view v = e ? e : "";
-    if (v.empty()) return 1;
+    if (v.empty()) return 2;
     if (v.size() != 1 || v[0] < '0' || v[0] > '2')
       fail(
-          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean, the default) or 2 (lean "
-          "with "
-          "st.async pushes)",
+          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean) or 2 (lean with st.async "
+          "pushes, the default)",
           v);
     return v[0] - '0';
   }();
