@@ -126,10 +126,9 @@ TEST(CudaQkvSplit, GdnDecodeMatchesFixupBitwise) {
       float* out[2] = {mem.alloc<float>(static_cast<size_t>(DV) * 4),
                        mem.alloc<float>(static_cast<size_t>(DV) * 4)};
       for (const int ctas : {1, 2, 4})
-        for (const int variant : {0, 1, 2, 3, 4, 5}) {  // 0: as configured; 1: AB = 0; 2: the membar-free
-                                                        // arrive; 3, 4: the count before / after the
-                                                        // sums; 4: the slots by ld.global.cg; 5: the
-                                                        // membar-free arrive without split sums
+        for (const int variant : {0, 1, 2, 3, 4}) {  // 0: as configured; 1: AB = 0; 2: the membar-free
+                                                     // arrive; 3, 4: the count before / after the
+                                                     // sums; 4: the slots by ld.global.cg
           const std::string what =
               shape + " C " + std::to_string(ctas) + " variant " + std::to_string(variant);
           cuda::GdnDecodeConfig cfg;
@@ -153,8 +152,7 @@ TEST(CudaQkvSplit, GdnDecodeMatchesFixupBitwise) {
             f.z = z[run];
             f.out = out[run];
             ASSERT_TRUE(cuda::gdn_decode_fits(f)) << what;
-            // (the same results as the former barrier's; variant 5 with the unsplit site, the default)
-            cfg.membar_free = (run == 1 && variant == 2) || (run == 0 && variant == 5);
+            cfg.membar_free = run == 1 && variant == 2;  // (the same results as the former barrier's)
             cuda::gdn_decode(f, cfg, nullptr, run ? split : nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
             got[run][0] = down(out[run], static_cast<size_t>(DV));

@@ -4,9 +4,7 @@
 // that share that KV head, and a second kernel merges the partials (and applies the output
 // gate of the attention site).
 #include <cstdlib>
-#include <string_view>
 
-#include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/split_sums.cuh"
@@ -253,13 +251,10 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
 // launch.h, SplitSums): each thread adds its element's slots (a query head's thread its query
 // and its gate element together; split::sum_slots, the matvec fix-up's additions: the same
 // floats) and writes the sums back to qf / k / v (the merge reads the gate from qf); the gain
-// is loaded and the slot addresses formed before the dependency wait. rope_early: a query / key
-// thread's RoPE sin / cos (the position and its dim only: the position from the step's copy node,
-// which precedes every kernel of a recorded step, as attention_split_kernel's early loads rely
-// on) before the wait, off the chain after the norm: the same floats.
+// is loaded and the slot addresses formed before the dependency wait.
 template <bool kSplit>
 __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, SplitSums sq, SplitSums sk,
-                                      SplitSums sv, int weak, int rope_early) {
+                                      SplitSums sv, int weak) {
   extern __shared__ float row[];  // [head_dim]
   pdl_trigger();
   const int slot = blockIdx.x, i = blockIdx.y, d = p.head_dim, e = threadIdx.x;
@@ -278,15 +273,6 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
     if (is_q) el[1] = split::slots_of(sq, i, r + d);
     ysum = sj.y + static_cast<int64_t>(i) * sj.n + r;
   }
-  const int half = p.n_rot / 2;
-  float sn = 0.0f, cs = 1.0f;
-  auto rope_coef = [&](int at) {  // the rotation of dim e at position `at` (e < n_rot)
-    const int j = e < half ? e : e - half;
-    const float theta =
-        static_cast<float>(at) * powf(p.base, -2.0f * static_cast<float>(j) / static_cast<float>(p.n_rot));
-    sincosf(theta, &sn, &cs);
-  };
-  if (rope_early && !is_v && e < p.n_rot) rope_coef(position(pos0, pos_dev) + i);
   pdl_wait();
   const int pos = position(pos0, pos_dev) + i;
   const int64_t kv = static_cast<int64_t>(p.n_head_kv) * d;
@@ -327,10 +313,14 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
   if constexpr (!kSplit) gain = (is_q ? p.q_norm : p.k_norm)[e];
   row[e] = x * scale * gain;
   __syncthreads();
+  const int half = p.n_rot / 2;
   float y = row[e];
   if (e < p.n_rot) {
     const int j = e < half ? e : e - half;
-    if (!rope_early) rope_coef(pos);
+    const float theta =
+        static_cast<float>(pos) * powf(p.base, -2.0f * static_cast<float>(j) / static_cast<float>(p.n_rot));
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
     const float a = row[j], b = row[j + half];
     y = e < half ? a * cs - b * sn : a * sn + b * cs;
   }
@@ -364,27 +354,11 @@ void attention_merge(const float* part, float* out, int t, int n_head, int split
 }
 
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
-                    const SplitSums* split, bool weak, int rope_early) {
+                    const SplitSums* split, bool weak) {
   const SplitSums none{};
   launch(split ? attention_prep_kernel<true> : attention_prep_kernel<false>,
          dim3(p.n_head + 2 * p.n_head_kv, t), p.head_dim, p.head_dim * sizeof(float), s, p, pos0, pos_dev,
-         split ? split[0] : none, split ? split[1] : none, split ? split[2] : none, weak ? 1 : 0,
-         rope_early ? 1 : 0);
-}
-
-int attention_rope_early() {
-  static const int on = [] {
-    const char* e = std::getenv("BONSAI_CUDA_ATTN_ROPE");
-    const std::string_view v = e ? e : "";
-    if (v.empty()) return 1;
-    if (v != "0" && v != "1")
-      fail(
-          "BONSAI_CUDA_ATTN_ROPE='{}': expected 0 (sin / cos after the norm) or 1 (before the wait, the "
-          "default)",
-          v);
-    return v[0] - '0';
-  }();
-  return on;
+         split ? split[0] : none, split ? split[1] : none, split ? split[2] : none, weak ? 1 : 0);
 }
 
 }  // namespace bonsai::cuda

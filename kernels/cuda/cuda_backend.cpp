@@ -125,9 +125,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
   cuda::matvec_ws_loop();
-  cuda::residual_split_form();   // BONSAI_CUDA_RES_SPLIT: likewise
-  cuda::fwht_xw_mask();          // BONSAI_CUDA_FWHT_XW: likewise
-  cuda::attention_rope_early();  // BONSAI_CUDA_ATTN_ROPE: likewise
+  cuda::residual_split_form();  // BONSAI_CUDA_RES_SPLIT: likewise
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   m.step_mem = device_alloc(2 * sizeof(int), "step parameters");
   m.step_dev = static_cast<int*>(m.step_mem.get());

@@ -17,8 +17,7 @@ namespace bonsai::cuda {
 //   loaded before the grid-dependency wait;
 //   BONSAI_CUDA_GDN_DEC_MEMBAR=0|1 (default kGdnDecMembarFree): 1 = at clusters of 2 or 4, the
 //   state's stores after the norm barrier's release arrive and a relaxed done-reading arrive
-//   (no MEMBAR waits for the stores); the same results; default 1 since session 8's small-site
-//   round (docs/performance.md, "Session 8: small decode sites");
+//   (no MEMBAR waits for the stores); the same results;
 //   BONSAI_CUDA_GDN_DEC_COUNT=0|1 (default kGdnDecCountEarly; with split sums only): 1 = the conv
 //   hand-off's count right after the states' loads (before the wait when recorded), behind a
 //   barrier of its own; 0 = after the barrier that publishes the summed q/k conv;
@@ -27,7 +26,7 @@ namespace bonsai::cuda {
 // Any other value is an error naming the variable.
 inline constexpr int kGdnDecCluster = 2;
 inline constexpr bool kGdnDecAbEarly = true;
-inline constexpr bool kGdnDecMembarFree = true;
+inline constexpr bool kGdnDecMembarFree = false;
 inline constexpr bool kGdnDecCountEarly = true;
 inline constexpr bool kSplitWeakLoads = true;
 struct GdnDecodeConfig {

@@ -149,13 +149,8 @@ void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int
 // output is also quantized for matvec_tiled, saving the separate quantize launch. When bamax is
 // given (128 <= block <= 4096), bamax [rows][k / block] = max |y| of each Hadamard block
 // (cuda::site_f16_two_pass).
-// xw_mask (fwht_xw_mask): bit 0 for the SwiGLU site (up given), bit 1 for the plain FWHT sites:
-// the register path's cross-warp FWHT stages after one barrier, the signs before the dependency
-// wait (norm_fwht.cu, fwht_cross_warps); the same floats either way.
-int fwht_xw_mask();  // BONSAI_CUDA_FWHT_XW=0..3 (default 3), read once; another value is an error
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
-              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax = nullptr,
-              int xw_mask = fwht_xw_mask());
+              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax = nullptr);
 
 // residual_norm_site with delta the unsummed output of a deferred matvec (delta.t == rows,
 // delta.n == n): the same floats, and delta.y written too. A cluster of the row's n / block
@@ -181,11 +176,11 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
 // kernel's registers allow block / (4·ctas) threads; x.t == up.t == rows, x.n == up.n == k.
 bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
                      int64_t rows, int64_t k, int64_t block, int ctas, uint8_t* xq, float4* meta,
-                     cudaStream_t s, int xw_mask = fwht_xw_mask());
+                     cudaStream_t s);
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,
-                     float* bamax = nullptr, int xw_mask = fwht_xw_mask());
+                     float* bamax = nullptr);
 // Backend::residual_norm_site with 128 <= block <= 4096 (a block of threads per Hadamard block)
 // (x_out may alias x); rotated also quantized when xq is given, its block amaxes written to
 // bamax [rows][n / block] when that is given (as hadamard()).
@@ -251,13 +246,9 @@ struct AttnPrep {
   float *q = nullptr, *k_cache = nullptr, *v_cache = nullptr;
 };
 // split (optional): qf, k and v unsummed (the deferred q/k/v launch's three jobs); weak: their
-// slots read with plain loads, else ld.global.cg (split_sums.cuh, sum_slots). rope_early: the
-// rotation's sin / cos (of the position and the dim alone) formed before the dependency wait
-// instead of after the norm; the same floats.
-int attention_rope_early();  // BONSAI_CUDA_ATTN_ROPE=0|1 (default 1), read once; else an error
+// slots read with plain loads, else ld.global.cg (split_sums.cuh, sum_slots).
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,
-                    const SplitSums* split = nullptr, bool weak = true,
-                    int rope_early = attention_rope_early());
+                    const SplitSums* split = nullptr, bool weak = true);
 
 // ---- gated delta net ------------------------------------------------------------------------
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,

@@ -98,45 +98,13 @@ __device__ __forceinline__ void store_block_amax(float4 o, float* dst, float* re
 
 constexpr int kMaxVec = 2;  // float4s per thread: blocks up to 8192 with 1024 threads
 
-// The stages h >= 128 of fwht_regs over NW = block / 128 warps (2 <= NW <= 8) after ONE barrier
-// instead of one per stage: every thread publishes its float4, reads the same float4 of each
-// warp (its own included) and runs the NW-point butterflies itself in the reference's order
-// (stage m = 1, 2, ..: the pair (r, r + m) with r & m == 0 becomes (a + b, a − b)), keeping its
-// warp's element. The per-stage loop gives the thread of warp r the same a + b (low partner)
-// or a − b (high partner, o − v with o the low one's value) from the same operands: the same
-// floats, for 8 shared loads against 3 barriers at NW = 8.
-template <int NW>
-__device__ __forceinline__ float4 fwht_cross_warps(float4 v, float* buf) {
-  float4* b4 = reinterpret_cast<float4*>(buf);
-  b4[threadIdx.x] = v;
-  __syncthreads();
-  const int w = static_cast<int>(threadIdx.x >> 5), l = static_cast<int>(threadIdx.x & 31);
-  float4 z[NW];
-#pragma unroll
-  for (int r = 0; r < NW; ++r) z[r] = b4[32 * r + l];
-#pragma unroll
-  for (int m = 1; m < NW; m <<= 1)
-#pragma unroll
-    for (int r = 0; r < NW; ++r)
-      if (!(r & m)) {
-        const float4 a = z[r], b = z[r + m];
-        z[r] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-        z[r + m] = make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w);
-      }
-#pragma unroll
-  for (int r = 0; r < NW; ++r)
-    if (r == w) v = z[r];
-  return v;
-}
-
 // FWHT of one Hadamard block held as one float4 per thread (elements 4·tid .. 4·tid+3,
 // blockDim.x == block/4), stage by stage in the reference's order h = 1, 2, 4, ...:
 // bit-identical to fwht_shared. h = 1, 2 inside the thread, h = 4 .. 64 across lanes
 // (shuffles), h >= 128 across warps through `buf` (2·block floats: two buffers alternate,
-// so each of those stages needs a single barrier; with `xw` and 2 .. 8 warps all of them after
-// one barrier, fwht_cross_warps). The caller's previous use of buf must be fenced by a barrier;
-// the result stays in registers.
-__device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block, bool xw = false) {
+// so each of those stages needs a single barrier). The caller's previous use of buf must be
+// fenced by a barrier; the result stays in registers.
+__device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block) {
   const float a0 = v.x + v.y, a1 = v.x - v.y, a2 = v.z + v.w, a3 = v.z - v.w;
   v = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
   const int lane = threadIdx.x & 31;
@@ -145,11 +113,6 @@ __device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block, boo
                                  __shfl_xor_sync(kFullMask, v.z, m), __shfl_xor_sync(kFullMask, v.w, m));
     v = lane & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
                  : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
-  }
-  if (xw) {
-    if (block == 256) return fwht_cross_warps<2>(v, buf);
-    if (block == 512) return fwht_cross_warps<4>(v, buf);
-    if (block == 1024) return fwht_cross_warps<8>(v, buf);
   }
   int par = 0;
   for (int m = 32; 4 * m < block; m <<= 1, par ^= 1) {
@@ -166,31 +129,26 @@ __device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block, boo
 // Block per (row, Hadamard block); thread i holds float4s i, i + blockDim, ... of the block,
 // all loaded in one round trip. The reference's butterfly order (bit-identical to
 // kernels/ref/fwht.cpp), then the optional quantization. With `up`, the input is
-// silu(x) ⊙ up, also written to `act` (the SwiGLU site). With `xw` (fwht_xw_mask) the register
-// path loads its signs (a weight) before the dependency wait and runs the cross-warp FWHT stages
-// after one barrier (fwht_cross_warps): the same floats.
+// silu(x) ⊙ up, also written to `act` (the SwiGLU site).
 __global__ void hadamard_kernel(const float* x, const float* up, float* act, const float* __restrict__ signs,
                                 float* y, int64_t k, int block, bool inverse, uint8_t* __restrict__ xq,
-                                float4* __restrict__ meta, float* __restrict__ bamax, bool xw) {
+                                float4* __restrict__ meta, float* __restrict__ bamax) {
   extern __shared__ float buf[];
   __shared__ float red[32];
   pdl_trigger();
+  pdl_wait();
   const int64_t off = blockIdx.x * k + static_cast<int64_t>(blockIdx.y) * block;
   const int b0 = blockIdx.y * block;
-  const bool regs = 4 * static_cast<int>(blockDim.x) == block;
-  float4 sg1 = make_float4(1, 1, 1, 1);
-  if (xw && regs && signs) sg1 = ld4(signs + b0 + 4 * threadIdx.x);  // not written by any kernel
-  pdl_wait();
-  if (regs) {  // one float4 per thread: FWHT in registers
+  if (4 * static_cast<int>(blockDim.x) == block) {  // one float4 per thread: FWHT in registers
     const int i = 4 * threadIdx.x;
     float4 v1 = ld4(x + off + i);
-    if (!xw && signs) sg1 = ld4(signs + b0 + i);
+    const float4 sg1 = signs ? ld4(signs + b0 + i) : make_float4(1, 1, 1, 1);
     if (up) {
       const float4 u1 = ld4(up + off + i);
       v1 = make_float4(silu(v1.x) * u1.x, silu(v1.y) * u1.y, silu(v1.z) * u1.z, silu(v1.w) * u1.w);
       if (act) st4(act + off + i, v1);  // null: nobody reads it (Backend::swiglu_site)
     }
-    float4 o = fwht_regs(!inverse && signs ? mul4(v1, sg1) : v1, buf, block, xw);
+    float4 o = fwht_regs(!inverse && signs ? mul4(v1, sg1) : v1, buf, block);
     o = scale4(o, 1.0f / sqrtf(static_cast<float>(block)));
     if (inverse && signs) o = mul4(o, sg1);
     st4(y + off + i, o);
@@ -254,7 +212,7 @@ __global__ void hadamard_kernel(const float* x, const float* up, float* act, con
 template <int C, bool kUp>
 __global__ void fwht_split_kernel(SplitSums x, SplitSums up, float* act, const float* __restrict__ signs,
                                   float* y, int64_t k, int block, uint8_t* __restrict__ xq,
-                                  float4* __restrict__ meta, bool xw) {
+                                  float4* __restrict__ meta) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ float buf[];  // [2 · bq] fwht_regs' buffers, C > 1: [bq] the published stages
   pdl_trigger();
@@ -279,7 +237,7 @@ __global__ void fwht_split_kernel(SplitSums x, SplitSums up, float* act, const f
     v = split::load4<split::kBatch2>(x, tok, col, &xs);
     if (xs) st4(x.y + off, v);
   }
-  float4 o = fwht_regs(signs ? mul4(v, sg) : v, buf, bq, xw);  // xw: the stages h >= 128 after one barrier
+  float4 o = fwht_regs(signs ? mul4(v, sg) : v, buf, bq);
   if constexpr (C > 1) {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -522,19 +480,19 @@ void gated_rmsnorm(const float* o, const float* z, const float* w, float* y, int
 }
 
 void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k, int64_t block,
-              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax, int xw_mask) {
-  swiglu_hadamard(x, nullptr, nullptr, signs, y, rows, k, block, inverse, xq, meta, s, bamax, xw_mask);
+              bool inverse, uint8_t* xq, float4* meta, cudaStream_t s, float* bamax) {
+  swiglu_hadamard(x, nullptr, nullptr, signs, y, rows, k, block, inverse, xq, meta, s, bamax);
 }
 
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,
-                     float* bamax, int xw_mask) {
+                     float* bamax) {
   const int threads = static_cast<int>(std::clamp<int64_t>(block / 4, 32, 1024));
   if (bamax && 4 * threads != block)
     fail("cuda: Hadamard block amaxes need 128 <= block <= 4096, not {}", block);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block));
   launch(hadamard_kernel, grid, threads, 2 * block * sizeof(float), s, x, up, act, signs, y, k,
-         static_cast<int>(block), inverse, xq, meta, bamax, (xw_mask & (up ? 1 : 2)) != 0);
+         static_cast<int>(block), inverse, xq, meta, bamax);
 }
 
 void residual_norm_site(const float* x, const float* delta, float* x_out, const float* gain,
@@ -582,21 +540,6 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
                         static_cast<int>(block), eps, xq, meta) == cudaSuccess;
 }
 
-int fwht_xw_mask() {
-  static const int mask = [] {
-    const char* e = std::getenv("BONSAI_CUDA_FWHT_XW");
-    const std::string_view v = e ? e : "";
-    if (v.empty()) return 3;
-    if (v.size() != 1 || v[0] < '0' || v[0] > '3')
-      fail(
-          "BONSAI_CUDA_FWHT_XW='{}': expected 0 .. 3 (bit 0 the SwiGLU site, bit 1 the plain FWHT sites; "
-          "default 3)",
-          v);
-    return v[0] - '0';
-  }();
-  return mask;
-}
-
 int residual_split_form() {
   static const int form = [] {
     const char* e = std::getenv("BONSAI_CUDA_RES_SPLIT");
@@ -618,14 +561,14 @@ namespace bonsai::cuda {
 
 bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
                      int64_t rows, int64_t k, int64_t block, int ctas, uint8_t* xq, float4* meta,
-                     cudaStream_t s, int xw_mask) {
+                     cudaStream_t s) {
   if (ctas != 1 && ctas != 2 && ctas != 4 && ctas != 8) return false;
   const int64_t bq = block / std::max(ctas, 1);
   if (block > 4096 || k % block || bq < kBlockK || bq % kBlockK || x.t != rows || x.n != k ||
       (up.y && (up.t != rows || up.n != k)) || !clusters_available())
     return false;
   using Kernel =
-      void (*)(SplitSums, SplitSums, float*, const float*, float*, int64_t, int, uint8_t*, float4*, bool);
+      void (*)(SplitSums, SplitSums, float*, const float*, float*, int64_t, int, uint8_t*, float4*);
   static const Kernel kernels[2][4] = {{fwht_split_kernel<1, false>, fwht_split_kernel<2, false>,
                                         fwht_split_kernel<4, false>, fwht_split_kernel<8, false>},
                                        {fwht_split_kernel<1, true>, fwht_split_kernel<2, true>,
@@ -652,14 +595,13 @@ bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const 
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block * ctas));
   const size_t smem = (ctas > 1 ? 3 : 2) * bq * sizeof(float);
   const int kb = static_cast<int>(block);
-  const bool xw = (xw_mask & (up.y ? 1 : 2)) != 0;
   if (ctas == 1) {
-    launch(kernel, grid, static_cast<unsigned>(bq / 4), smem, s, x, up, act, signs, y, k, kb, xq, meta, xw);
+    launch(kernel, grid, static_cast<unsigned>(bq / 4), smem, s, x, up, act, signs, y, k, kb, xq, meta);
     return true;
   }
   return launch_cluster(kernel, grid, dim3(static_cast<unsigned>(bq / 4)),
                         dim3(1, static_cast<unsigned>(ctas), 1), smem, s, x, up, act, signs, y, k, kb, xq,
-                        meta, xw) == cudaSuccess;
+                        meta) == cudaSuccess;
 }
 
 }  // namespace bonsai::cuda
