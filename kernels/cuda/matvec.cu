@@ -409,12 +409,13 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 }
 
 // Tuning of the matvec, read once per process (the kernel itself: matvec_kernel(),
-// matvec_select.cpp): BONSAI_CUDA_MV_RING (1..8, default 4) unit slots per warp (the ws
-// kernel takes fewer where its shared memory would not fit, at least 2);
+// matvec_select.cpp): BONSAI_CUDA_MV_RING (1..8, default 3: tg128 +2.3 % over 4 on the H200,
+// docs/performance.md "Session 9: decode timeline") unit slots per warp (the ws kernel takes
+// fewer where its shared memory would not fit, at least 2);
 // BONSAI_CUDA_MV_MIN (default 1) the fewest units per warp (fewer, longer ranges: fewer
 // split fix-ups on small matrices); BONSAI_CUDA_MV_BPS (1..2) blocks per SM.
 struct MatvecConfig {
-  int ring = 4, min_units = 1;
+  int ring = 3, min_units = 1;
   int blocks_per_sm = kBlocksPerSm;  // persistent blocks per SM the work is spread over
 };
 
@@ -427,7 +428,7 @@ int env_int(const char* name, int fallback, int lo, int hi) {
 const MatvecConfig& matvec_config() {
   static const MatvecConfig cfg = [] {
     MatvecConfig c;
-    c.ring = env_int("BONSAI_CUDA_MV_RING", 4, 1, kMaxRing);
+    c.ring = env_int("BONSAI_CUDA_MV_RING", 3, 1, kMaxRing);
     c.min_units = env_int("BONSAI_CUDA_MV_MIN", 1, 1, 1 << 20);
     c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
     return c;
