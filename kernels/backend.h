@@ -213,6 +213,8 @@ class Backend {
   // conv = ssm_conv(qkv) (conv_state updated), alpha/beta_in = normed · ssm_alpha/ssm_betaᵀ,
   // gates, the delta rule (state updated), then out = gated_rmsnorm(o, z)·norm_w, with the value
   // heads moved from tiled to grouped order when `grouped` (transpose_heads a = n_v/n_k, b = n_k).
+  // rotated (optional): then also the out-projection's input site, hadamard(out, signs, rotated,
+  // t, n_v·d_v, block, forward) (a backend may fold it into the site's own launch).
   struct GdnSite {
     const float* qkv = nullptr;
     const float* z = nullptr;
@@ -233,6 +235,9 @@ class Backend {
     GdnShape shape;
     float norm_eps = 1e-6f;
     bool grouped = false;
+    float* rotated = nullptr;  // [t][n_v·d_v] or null
+    const float* signs = nullptr;
+    int64_t block = 0;
   };
   virtual void gdn_site(const GdnSite& a, int t) {
     const GdnShape& s = a.shape;
@@ -246,6 +251,7 @@ class Backend {
     float* y = a.grouped ? a.normed_o : a.out;
     gated_rmsnorm(a.o, a.z, *a.norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps);
     if (a.grouped) transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v);
+    if (a.rotated) hadamard(a.out, a.signs, a.rotated, t, static_cast<int64_t>(s.n_v) * s.d_v, a.block, false);
   }
 
   // ---- recorded decode steps (optional; GPU backends: one CUDA graph per step) ----------

@@ -129,6 +129,7 @@ class CudaBackend : public Backend {
   static bool attention_on_tensor_cores(int t, const AttentionShape& s);
 
  private:
+  bool gdn_site_run(const GdnSite& a, int t);  // gdn_site; whether it wrote a.rotated
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -137,7 +137,15 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
 
 // A few tokens: one launch (cuda::gdn_fused with the conv and the alpha/beta rows inside).
 // A batch: alpha/beta rows, conv + q/k norms, the walk, the gated norm (and head order).
+// a.rotated: the out-projection's input site, folded into the decode step's launch where
+// cuda::gdn_decode takes it (BONSAI_CUDA_GDN_FWHT), else hadamard() after the site.
 void CudaBackend::gdn_site(const GdnSite& a, int t) {
+  if (gdn_site_run(a, t) || !a.rotated) return;
+  hadamard(a.out, a.signs, a.rotated, t, static_cast<int64_t>(a.shape.n_v) * a.shape.d_v, a.block, false);
+}
+
+// gdn_site without its hadamard(); returns whether a.rotated was written.
+bool CudaBackend::gdn_site_run(const GdnSite& a, int t) {
   Impl& m = *impl_;
   // Every path launches only after m.flush(), except the decode step, which may first launch a
   // held-back qkv+z matvec deferred (below).
@@ -149,7 +157,8 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
                        cw.raw == cuda::RawType::F32 && cw.k == a.taps;
   if (!fusable) {
     m.flush();
-    return Backend::gdn_site(a, t);
+    Backend::gdn_site(a, t);
+    return true;
   }
   const bool ab_raw =
       !aw.tiled && !bw.tiled && aw.raw == bw.raw && aw.row_bytes == bw.row_bytes && aw.k == bw.k &&
@@ -158,7 +167,10 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
   // A few tokens: one kernel (the alpha/beta rows inside); a batch: the prefill pipeline.
   const bool ab_fused = ab_raw && t <= 4;
   if (!ab_fused) m.flush();
-  if (!ab_fused && t < a.taps - 1) return Backend::gdn_site(a, t);  // the walk's conv-state write needs them
+  if (!ab_fused && t < a.taps - 1) {  // the walk's conv-state write needs them
+    Backend::gdn_site(a, t);
+    return true;
+  }
   const int64_t channels = 2 * static_cast<int64_t>(s.n_k) * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v;
   const float* norm_w = m.dev(*a.norm_w).f32();
   if (!ab_fused) {  // a batch: everything but the walk parallel over tokens
@@ -219,13 +231,18 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
     m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
     m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
     m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
-    return;
+    return false;
   }
   cuda::GdnFused f;
   f.qkv = a.qkv;
   f.conv_w = cw.f32();
   f.conv_state = a.conv_state;
-  f.conv_counters = m.counters(m.gdn_counters, static_cast<size_t>(s.n_k), "GDN conv counters");
+  // [n_k] the conv hand-off's, then [n_v·d_v / block] the folded Hadamard site's (one request:
+  // a grown buffer moves)
+  const int64_t width = static_cast<int64_t>(s.n_v) * s.d_v;
+  const int64_t fold_blocks = a.rotated && a.block > 0 && width % a.block == 0 ? width / a.block : 0;
+  int* counters = m.counters(m.gdn_counters, static_cast<size_t>(s.n_k + fold_blocks), "GDN conv counters");
+  f.conv_counters = counters;
   f.taps = a.taps;
   f.ssm_a = m.dev(*a.ssm_a).f32();
   f.dt_bias = m.dev(*a.dt_bias).f32();
@@ -259,14 +276,39 @@ void CudaBackend::gdn_site(const GdnSite& a, int t) {
                         cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
   }
   m.flush();
+  // The out-projection's input site in the same launch (cuda::GdnDecodeFwht): a decode row, so
+  // the int8 quantization (as hadamard() would write it)
+  cuda::GdnDecodeFwht fw;
+  const bool fold_asked = decode && !deferred && m.gdn_dec.fwht && fold_blocks > 0 &&
+                          a.block % cuda::kBlockK == 0 &&
+                          m.site_out(t, width, a.block) == Impl::SiteOut::int8;
+  if (fold_asked) {
+    m.reserve_quant(t, width);
+    fw.signs = a.signs;
+    fw.rotated = a.rotated;
+    fw.xq = m.xq.as<uint8_t>();
+    fw.meta = m.meta.as<float4>();
+    fw.counters = reinterpret_cast<unsigned*>(counters + s.n_k);
+    fw.block = static_cast<int>(a.block);
+  }
+  bool folded = false;
   if (decode)
-    cuda::gdn_decode(f, m.gdn_dec, m.stream, deferred ? split : nullptr);
+    folded = cuda::gdn_decode(f, m.gdn_dec, m.stream, deferred ? split : nullptr, fold_asked ? &fw : nullptr);
   else
     cuda::gdn_fused(f, m.stream);
-  check_launch(deferred ? "gdn_site (split sums)" : "gdn_site");
+  check_launch(deferred ? "gdn_site (split sums)"
+               : folded ? "gdn_site (with the Hadamard site)"
+                        : "gdn_site");
   m.wrote(a.conv_state, static_cast<size_t>(a.taps - 1) * channels * sizeof(float));
   m.wrote(a.state, static_cast<size_t>(s.n_v) * s.d_k * s.d_v * sizeof(float));
   m.wrote(a.out, static_cast<size_t>(t) * s.n_v * s.d_v * sizeof(float));
+  if (folded) {
+    m.wrote(a.rotated, static_cast<size_t>(t) * width * sizeof(float));
+    m.q_src = a.rotated;  // its quantization is in xq / meta
+    m.q_rows = t;
+    m.q_k = width;
+  }
+  return folded;
 }
 
 void CudaBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,

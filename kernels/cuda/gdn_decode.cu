@@ -39,6 +39,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_decode.h"
+#include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/split_sums.cuh"
 
 namespace bonsai::cuda {
@@ -67,6 +68,39 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
   return fmaf(x.w, w.w, fmaf(x.z, w.z, fmaf(x.y, w.y, fmaf(x.x, w.x, acc))));
 }
 
+// The folded Hadamard site's FWHT of one block held as one float4 per thread (elements 4·tid ..
+// 4·tid + 3; threads at or past block / 4 hold nothing but take part in the barriers): norm_fwht.cu's
+// fwht_regs (what hadamard_kernel runs at blockDim == block / 4), stage by stage in the
+// reference's order: h = 1, 2 in the thread, h = 4 .. 64 across lanes, h >= 128 across warps
+// through buf (2·block floats, two buffers alternating: one barrier per stage). The same
+// additions on the same operands, so the same floats (CudaGdnFwht tests it bit for bit). The
+// caller's previous use of buf must be fenced by a barrier.
+__device__ __forceinline__ float4 fold_fwht(float4 v, float* buf, int block, bool active) {
+  const int lane = threadIdx.x & 31;
+  if (active) {  // warp-uniform: block / 4 is a multiple of 32
+    const float a0 = v.x + v.y, a1 = v.x - v.y, a2 = v.z + v.w, a3 = v.z - v.w;
+    v = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
+    for (int m = 1; m < 32 && 4 * m < block; m <<= 1) {
+      const float4 o = make_float4(__shfl_xor_sync(kFullMask, v.x, m), __shfl_xor_sync(kFullMask, v.y, m),
+                                   __shfl_xor_sync(kFullMask, v.z, m), __shfl_xor_sync(kFullMask, v.w, m));
+      v = lane & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
+                   : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
+    }
+  }
+  int par = 0;
+  for (int m = 32; 4 * m < block; m <<= 1, par ^= 1) {
+    float* b = buf + par * block;
+    if (active) *reinterpret_cast<float4*>(b + 4 * threadIdx.x) = v;
+    __syncthreads();
+    if (active) {
+      const float4 o = *reinterpret_cast<const float4*>(b + 4 * (threadIdx.x ^ m));
+      v = threadIdx.x & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
+                          : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
+    }
+  }
+  return v;
+}
+
 // Grid n_v·kC CTAs in clusters of kC (rank = blockIdx.x % kC), blockDim (d_k/32)·d_v/kC.
 // ab_early: the alpha/beta rows' first kAb float4 groups per thread loaded before the wait.
 // membar_free (kC > 1): the state's stores after the cluster barrier's release arrive, and a
@@ -85,10 +119,18 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
 // before the count: 11.2 -> 15.3 us per launch; round 2's placements: 15.4 / 15.5 us, the cost
 // is the slot round trip itself; docs/performance.md, "Session 8: q/k/v split sums in their
 // sites".)
-template <int kC, bool kSplit, bool kWeak>
+//
+// kFold (without split; GdnDecodeFwht f): the out-projection's input site too. Each CTA stores
+// its outputs, then thread 0 counts the CTA in f.counters[its Hadamard block] (after a barrier:
+// a release cumulative over the CTA's stores, and an acquire; inc wraps the counter back to zero
+// for the next step); the last of the block's f.ctas CTAs reads the block's outputs from L2 and
+// runs hadamard_kernel's register path on them (signs, fold_fwht, 1/√block, quantize_block):
+// the same floats. So that the release waits for the outputs' stores alone, the state's stores
+// (and the conv state's) go after the count.
+template <int kC, bool kSplit, bool kWeak, bool kFold>
 __global__ void __launch_bounds__(512 / kC)
     gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int count_early, SplitSums qkv_s,
-                      SplitSums z_s) {
+                      SplitSums z_s, GdnDecodeFwht f, int fold_ctas) {
   // [W][2][R·kPad] per-warp qn | kn (row 32·g + j at kPad·g + j); [2·d_k] the q/k conv windows
   // Σ_{j < taps-1} w_j·prev_j (q channels, then k); [2·d_k] their last taps; [taps-2][2·d_k]
   // the windows' inputs 1 .. taps-2 (the new conv state's first rows, for its writer)
@@ -117,6 +159,12 @@ __global__ void __launch_bounds__(512 / kC)
 
   // ---- weights before the dependency wait ----
   const float ssm_a = p.ssm_a[h], dt_bias = p.dt_bias[h], norm_w = p.norm_w[col];
+  const int out_head = p.transpose ? hk * rep + h / p.n_k : h;
+  // kFold: this CTA's Hadamard block, its first column, and thread i's float4 of it (a weight)
+  const int fb0 = kFold ? (out_head * d_v) / f.block * f.block : 0, fi = 4 * threadIdx.x;
+  const bool f_active = kFold && fi < f.block;
+  float4 f_sg = make_float4(1, 1, 1, 1);
+  if (kFold && f_active && f.signs) f_sg = *reinterpret_cast<const float4*>(f.signs + fb0 + fi);
   const bool bf16 = p.ab_type == RawType::BF16;
   const uint8_t* wa = p.alpha_w + static_cast<size_t>(h) * p.ab_row_bytes;
   const uint8_t* wb = p.beta_w + static_cast<size_t>(h) * p.ab_row_bytes;
@@ -360,7 +408,7 @@ __global__ void __launch_bounds__(512 / kC)
       for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(j) * d_v] = s[j];
     }
   };
-  if (kC == 1 || !membar_free) store_state();
+  if (!kFold && (kC == 1 || !membar_free)) store_state();
 
   // ---- gated RMSNorm over the head's d_v outputs ----
   float oo = o * o;
@@ -380,7 +428,7 @@ __global__ void __launch_bounds__(512 / kC)
     // under the barrier's wait and the norm (branch gdn8-membar, bd21088)
     if (membar_free) {
       asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-      store_state();
+      if (!kFold) store_state();
       asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
     } else {
       cluster.sync();
@@ -401,8 +449,26 @@ __global__ void __launch_bounds__(512 / kC)
 #endif
   }
   const float scale = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
-  const int out_head = p.transpose ? hk * rep + h / p.n_k : h;
   if (rgi == 0) p.out[static_cast<int64_t>(out_head) * d_v + col] = o * scale * norm_w * silu(z);
+  bool f_last = false;
+  float4 f_v = make_float4(0, 0, 0, 0);
+  if constexpr (kFold) {
+    __shared__ unsigned f_count;
+    __syncthreads();  // the CTA's output stores before thread 0's release
+    if (threadIdx.x == 0) {
+      unsigned old;
+      asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                   : "=r"(old)
+                   : "l"(f.counters + fb0 / f.block), "r"(static_cast<unsigned>(fold_ctas - 1))
+                   : "memory");
+      f_count = old;
+    }
+    __syncthreads();  // thread 0's acquire before every thread's loads below
+    f_last = f_count == static_cast<unsigned>(fold_ctas - 1);
+    // every output of the block (the other CTAs' from L2), before the state's stores are issued
+    if (f_last && f_active) f_v = __ldcg(reinterpret_cast<const float4*>(p.out + fb0 + fi));
+    store_state();
+  }
 
   // ---- the new conv state: the v channel by its column's first lane, q/k by the last CTA ----
   if (rgi == 0) {
@@ -426,6 +492,21 @@ __global__ void __launch_bounds__(512 / kC)
                                                              : (half ? xk[m] : xq[m]);
         }
       }
+  }
+  if (kFold && f_last) {  // CTA-uniform: hadamard_kernel's register path on the block's outputs
+    float* fbuf = shifted + (kTaps - 2) * 2 * d_k;
+    float4 r =
+        fold_fwht(f.signs ? make_float4(f_v.x * f_sg.x, f_v.y * f_sg.y, f_v.z * f_sg.z, f_v.w * f_sg.w) : f_v,
+                  fbuf, f.block, f_active);
+    const float rs = 1.0f / sqrtf(static_cast<float>(f.block));
+    r = make_float4(r.x * rs, r.y * rs, r.z * rs, r.w * rs);
+    if (f_active) {
+      *reinterpret_cast<float4*>(f.rotated + fb0 + fi) = r;
+      // warp w holds the 128 columns of activation block (fb0 + 128·w) / 128, lane its 4·lane..
+      const int kb = (fb0 + fi) / kBlockK;
+      quantize_block(r, lane, reinterpret_cast<uint32_t*>(f.xq + static_cast<size_t>(kb) * kActBytes),
+                     f.meta + kb);
+    }
   }
   if constexpr (kC > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -452,6 +533,7 @@ GdnDecodeConfig gdn_decode_config() {
   c.membar_free = knob("BONSAI_CUDA_GDN_DEC_MEMBAR", "01", kGdnDecMembarFree ? '1' : '0') == '1';
   c.count_early = knob("BONSAI_CUDA_GDN_DEC_COUNT", "01", kGdnDecCountEarly ? '1' : '0') == '1';
   c.split_weak = knob("BONSAI_CUDA_QKV_LOAD", "01", kSplitWeakLoads ? '1' : '0') == '1';
+  c.fwht = knob("BONSAI_CUDA_GDN_FWHT", "01", kGdnDecFwht ? '1' : '0') == '1';
   return c;
 }
 
@@ -465,31 +547,61 @@ bool gdn_decode_fits(const GdnFused& p) {
          reinterpret_cast<uintptr_t>(p.beta_w) % 8 == 0 && reinterpret_cast<uintptr_t>(p.normed) % 16 == 0;
 }
 
-void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, const SplitSums* split) {
-  const int R = p.d_k / 32, warps = p.d_v * R / 32;
+namespace {
+// CTAs per value head that gdn_decode launches (c.cluster where the head's warps divide).
+int decode_ctas(const GdnFused& p, const GdnDecodeConfig& c) {
+  const int warps = p.d_v * (p.d_k / 32) / 32;
   int C = clusters_available() ? c.cluster : 1;
   while (C > 1 && warps % C) C /= 2;
+  return C;
+}
+}  // namespace
+
+bool gdn_decode_folds(const GdnFused& p, const GdnDecodeConfig& c, int block) {
+  // one float4 per thread of a Hadamard block of whole heads; the 2·block floats of fold_fwht's
+  // buffers in shared memory beside the step's
+  const int C = decode_ctas(p, c), threads = p.d_v * (p.d_k / 32) / C;
+  const int64_t width = static_cast<int64_t>(p.n_v) * p.d_v;
+  return C <= 2 && block > 0 && block % kBlockK == 0 && block % p.d_v == 0 && width % block == 0 &&
+         block <= 4 * threads;
+}
+
+bool gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, const SplitSums* split,
+                const GdnDecodeFwht* fwht) {
+  const int R = p.d_k / 32, warps = p.d_v * R / 32;
+  const int C = decode_ctas(p, c);
   const int W = warps / C;
-  const size_t smem = (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps) * sizeof(float);
+  const int fblock = fwht ? fwht->block : 0;
+  const bool fold = fwht && !split && fwht->rotated && fwht->xq && fwht->meta && fwht->counters &&
+                    gdn_decode_folds(p, c, fblock);
+  const size_t smem =
+      (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps + (fold ? 2 * fblock : 0)) * sizeof(float);
   const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
   const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0, ce = c.count_early ? 1 : 0;
   const SplitSums sq = split ? split[0] : SplitSums{}, sz = split ? split[1] : SplitSums{};
-  // <C, split, weak loads> (split::sum_slots); without split the last parameter is unused
-  auto pick = [&](auto k1, auto k1w, auto k0) { return split ? (c.split_weak ? k1w : k1) : k0; };
+  const GdnDecodeFwht f = fold ? *fwht : GdnDecodeFwht{};
+  const int fold_ctas = fold ? fblock / p.d_v * C : 0;
+  // <C, split, weak loads, fold> (split::sum_slots); without split the third parameter is unused
+  auto pick = [&](auto k1, auto k1w, auto k0, auto k0f) {
+    return split ? (c.split_weak ? k1w : k1) : fold ? k0f : k0;
+  };
   cudaError_t e = cudaSuccess;
   if (C == 1)
-    launch(pick(gdn_decode_kernel<1, true, false>, gdn_decode_kernel<1, true, true>,
-                gdn_decode_kernel<1, false, false>),
-           grid, block, smem, s, p, ab, mb, ce, sq, sz);
+    launch(pick(gdn_decode_kernel<1, true, false, false>, gdn_decode_kernel<1, true, true, false>,
+                gdn_decode_kernel<1, false, false, false>, gdn_decode_kernel<1, false, false, true>),
+           grid, block, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
   else if (C == 2)
-    e = launch_cluster(pick(gdn_decode_kernel<2, true, false>, gdn_decode_kernel<2, true, true>,
-                            gdn_decode_kernel<2, false, false>),
-                       grid, block, 2, smem, s, p, ab, mb, ce, sq, sz);
+    e = launch_cluster(
+        pick(gdn_decode_kernel<2, true, false, false>, gdn_decode_kernel<2, true, true, false>,
+             gdn_decode_kernel<2, false, false, false>, gdn_decode_kernel<2, false, false, true>),
+        grid, block, 2, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
   else
-    e = launch_cluster(pick(gdn_decode_kernel<4, true, false>, gdn_decode_kernel<4, true, true>,
-                            gdn_decode_kernel<4, false, false>),
-                       grid, block, 4, smem, s, p, ab, mb, ce, sq, sz);
+    e = launch_cluster(
+        pick(gdn_decode_kernel<4, true, false, false>, gdn_decode_kernel<4, true, true, false>,
+             gdn_decode_kernel<4, false, false, false>, gdn_decode_kernel<4, false, false, false>),
+        grid, block, 4, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
   if (e != cudaSuccess) fail("cuda: gdn_decode over clusters of {}: {}", C, cudaGetErrorString(e));
+  return fold;
 }
 
 }  // namespace bonsai::cuda

@@ -22,13 +22,17 @@ namespace bonsai::cuda {
 //   hand-off's count right after the states' loads (before the wait when recorded), behind a
 //   barrier of its own; 0 = after the barrier that publishes the summed q/k conv;
 //   BONSAI_CUDA_QKV_LOAD=0|1 (default kSplitWeakLoads; with split sums only, also the attention
-//   prep's): the slots read with plain loads (1) or ld.global.cg (0; split::sum_slots).
+//   prep's): the slots read with plain loads (1) or ld.global.cg (0; split::sum_slots);
+//   BONSAI_CUDA_GDN_FWHT=0|1 (default kGdnDecFwht): 1 = the out-projection's input site (sign,
+//   FWHT, quantization: CudaBackend::hadamard) folded into the step where gdn_decode takes it
+//   (GdnDecodeFwht below), 0 = its own launch after the step.
 // Any other value is an error naming the variable.
 inline constexpr int kGdnDecCluster = 2;
 inline constexpr bool kGdnDecAbEarly = true;
 inline constexpr bool kGdnDecMembarFree = false;
 inline constexpr bool kGdnDecCountEarly = true;
 inline constexpr bool kSplitWeakLoads = true;
+inline constexpr bool kGdnDecFwht = true;
 struct GdnDecodeConfig {
   bool on = true;
   int cluster = kGdnDecCluster;
@@ -36,6 +40,7 @@ struct GdnDecodeConfig {
   bool membar_free = kGdnDecMembarFree;
   bool count_early = kGdnDecCountEarly;
   bool split_weak = kSplitWeakLoads;
+  bool fwht = kGdnDecFwht;
 };
 GdnDecodeConfig gdn_decode_config();
 
@@ -50,7 +55,23 @@ bool gdn_decode_fits(const GdnFused& p);
 // (split[0].y == p.qkv, split[1].y == p.z, t == 1; launch.h, SplitSums): the kernel adds their
 // slots itself (the same floats as the matvec's own fix-up, so the same results bit for bit)
 // and writes the sums back to qkv and z.
-void gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s,
-                const SplitSums* split = nullptr);
+// fwht (optional, without split): also the forward Hadamard site of the output for the
+// out-projection (what cuda::hadamard(p.out, signs, rotated, 1, n_v·d_v, block, false, xq, meta)
+// writes, bit for bit), by the last CTA to finish of each Hadamard block's; returns whether it
+// did (else the caller runs the site). Taken when gdn_decode_folds: the step runs at most 2 CTAs
+// per head and block % 128 == 0, block % d_v == 0, (n_v·d_v) % block == 0, block <= 4·threads
+// per CTA.
+struct GdnDecodeFwht {
+  const float* signs = nullptr;  // [n_v·d_v] or null (identity)
+  float* rotated = nullptr;      // [n_v·d_v] FWHT(signs ⊙ out)/√block
+  uint8_t* xq = nullptr;         // its activation quantization (quantize_act's layout)
+  float4* meta = nullptr;
+  unsigned* counters = nullptr;  // [(n_v·d_v) / block] zero, left zero
+  int block = 0;
+};
+// Whether gdn_decode(p, c, s, nullptr, fwht) folds a Hadamard site of `block` columns.
+bool gdn_decode_folds(const GdnFused& p, const GdnDecodeConfig& c, int block);
+bool gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, const SplitSums* split = nullptr,
+                const GdnDecodeFwht* fwht = nullptr);
 
 }  // namespace bonsai::cuda

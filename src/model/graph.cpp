@@ -355,8 +355,13 @@ void Graph::gdn_layer(int il, int t, int pos0) {
     site.shape = gs;
     site.norm_eps = c_.rms_eps;
     site.grouped = permute_ssm_out_;
+    if (block_ != 0) {  // the out-projection's input site too (one launch with it on a GPU)
+      site.rotated = s.fr;
+      site.signs = signs_for(DI);
+      site.block = block_;
+    }
     be_.gdn_site(site, t);
-    hadamard_site(site.out, s.fr, DI, t);
+    if (!site.rotated) hadamard_site(site.out, s.fr, DI, t);
     be_.matmul(L.ssm_out, s.fr, s.mix, t);
     name("linear_attn_out", il, s.mix, c_.n_embd, t, pos0);
     return;
