@@ -251,7 +251,8 @@ class Backend {
     float* y = a.grouped ? a.normed_o : a.out;
     gated_rmsnorm(a.o, a.z, *a.norm_w, y, static_cast<int64_t>(t) * s.n_v, s.d_v, a.norm_eps);
     if (a.grouped) transpose_heads(y, a.out, t, s.n_v / s.n_k, s.n_k, s.d_v);
-    if (a.rotated) hadamard(a.out, a.signs, a.rotated, t, static_cast<int64_t>(s.n_v) * s.d_v, a.block, false);
+    if (a.rotated)
+      hadamard(a.out, a.signs, a.rotated, t, static_cast<int64_t>(s.n_v) * s.d_v, a.block, false);
   }
 
   // ---- recorded decode steps (optional; GPU backends: one CUDA graph per step) ----------
