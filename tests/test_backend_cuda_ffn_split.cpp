@@ -11,6 +11,8 @@
 //     scales, and gate / up themselves.
 //   CudaFfnSplit.PlainSitesMatchBitwise: plain inputs (split_whole) over clusters against
 //     swiglu_hadamard, and the plain FWHT site (no up) against hadamard.
+//   Both also run the lean one-block SwiGLU site (cuda::swiglu_site_lean, BONSAI_CUDA_SWI_SITE),
+//     with and without its write-back of the sums; the backend test under set_swi_site too.
 //   CudaFfnSplit.BackendModesMatchBitwise: CudaBackend's matmul -> residual_norm_site ->
 //     matmul_multi(gate, up) -> swiglu_site (act written, as when the graph dumps, and not) ->
 //     hadamard under BONSAI_CUDA_FFN_DEFER / BONSAI_CUDA_FWHT_CLUSTER's settings, eagerly and
@@ -150,6 +152,23 @@ TEST(CudaFfnSplit, SwigluSiteMatchesFixupBitwise) {
                                             ctas, b.xq, b.meta, nullptr))
               << w2;
           SiteOut::expect_same(a, b, true, w2);
+          if (ctas <= 4)  // the lean form (BONSAI_CUDA_SWI_SITE), with and without the write-back
+            for (const bool wb : {true, false}) {
+              b.clear();
+              mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
+              ASSERT_TRUE(cuda::swiglu_site_lean(split[0], split[1], wb ? b.act : nullptr, signs, b.rotated, t,
+                                                 cs.n, cs.block, b.xq, b.meta, wb, nullptr, ctas))
+                  << w2 << " lean";
+              if (!wb) {  // act, gate and up not written: compare the rest
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                const auto act = down(b.act, count);
+                for (size_t i = 0; i < count; ++i)
+                  ASSERT_EQ(bits_of(act[i]), 0xFFFFFFFFu) << w2 << " lean: act written at " << i;
+                for (auto [dst, src] : {std::pair{b.act, a.act}, {b.gate, a.gate}, {b.up, a.up}})
+                  cudaMemcpy(dst, src, count * 4, cudaMemcpyDeviceToDevice);
+              }
+              SiteOut::expect_same(a, b, true, w2 + (wb ? " lean" : " lean, no write-back"));
+            }
           if (ctas == 1 && kernel == cuda::MatvecKernel::ws) {  // act may be null
             b.clear();
             mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
@@ -200,6 +219,19 @@ TEST(CudaFfnSplit, PlainSitesMatchBitwise) {
         }
         if (!took) continue;
         SiteOut::expect_same(a, b, false, what);
+        if (swiglu && ctas <= 4) {  // the lean form takes plain inputs too
+          SiteOut c(mem, count);
+          const bool fits = block / ctas <= 1024;
+          ASSERT_EQ(cuda::swiglu_site_lean(wx, wu, c.act, signs, c.rotated, t, n, block, c.xq, c.meta, true,
+                                           nullptr, ctas),
+                    fits)
+              << what << " lean";
+          if (fits) {
+            SiteOut::expect_same(b, c, false, what + " lean");
+            const auto va = down(a.act, count), vc = down(c.act, count);
+            expect_same_bits(va.data(), vc.data(), count * 4, what + " lean act");
+          }
+        }
         if (swiglu) {
           const auto va = down(a.act, count), vb = down(b.act, count);
           expect_same_bits(va.data(), vb.data(), count * 4, what + " act");
@@ -260,8 +292,9 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
                                                          {rotated, count}, {g, fcount},    {u, fcount},
                                                          {act, fcount},    {frot, fcount}, {frot2, fcount}};
     const char* names[] = {"y", "x_out", "normed", "rotated", "gate", "up", "act", "ffn rotated", "fwht"};
-    auto run = [&](bool defer, int swiglu_ctas, int plain_ctas, bool with_act, bool recorded) {
+    auto run = [&](bool defer, int swiglu_ctas, int plain_ctas, bool with_act, bool recorded, int lean) {
       be.set_ffn_defer(defer);
+      be.set_swi_site(lean);
       be.set_fwht_cluster(swiglu_ctas, plain_ctas);
       auto body = [&] {
         be.matmul(w, xin, y, t);
@@ -285,21 +318,28 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
       for (const auto& [p, c] : outs) be.zero(p, c);
       return out;
     };
-    const auto ref = run(false, 1, 1, true, false);
-    for (const bool defer : {false, true})
-      for (const auto& [sc, pc] : {std::pair{1, 1}, std::pair{4, 1}, std::pair{8, 2}, std::pair{2, 4}})
-        for (const bool recorded : {false, true})
-          for (const bool with_act : {true, false}) {
-            if (!defer && sc == 1 && pc == 1 && !recorded && with_act) continue;
-            const auto got = run(defer, sc, pc, with_act, recorded);
-            const std::string what = "t " + std::to_string(t) + " defer " + std::to_string(defer) +
-                                     " cluster " + std::to_string(sc) + "," + std::to_string(pc) +
-                                     (recorded ? " recorded" : " eager") + (with_act ? "" : " no act");
-            for (size_t i = 0; i < ref.size(); ++i) {
-              if (!with_act && outs[i].first == act) continue;  // not written
-              expect_same_bits(ref[i].data(), got[i].data(), ref[i].size() * 4, what + " " + names[i]);
+    const auto ref = run(false, 1, 1, true, false, 0);
+    for (const int lean : {0, 1, 2, 4})
+      for (const bool defer : {false, true})
+        for (const auto& [sc, pc] : {std::pair{1, 1}, std::pair{4, 1}, std::pair{8, 2}, std::pair{2, 4}})
+          for (const bool recorded : {false, true})
+            for (const bool with_act : {true, false}) {
+              if (!defer && sc == 1 && pc == 1 && !recorded && with_act && !lean) continue;
+              if (lean && sc != 1) continue;  // (the lean site runs where BONSAI_CUDA_FWHT_CLUSTER is 1,x)
+              const auto got = run(defer, sc, pc, with_act, recorded, lean);
+              const std::string what = "t " + std::to_string(t) + " defer " + std::to_string(defer) +
+                                       " cluster " + std::to_string(sc) + "," + std::to_string(pc) +
+                                       (recorded ? " recorded" : " eager") + (with_act ? "" : " no act") +
+                                       (lean ? " lean " + std::to_string(lean) : "");
+              // the lean site without act leaves the deferred gate and up unsummed (not written back)
+              const bool gu_unsummed = lean && defer && !with_act;
+              for (size_t i = 0; i < ref.size(); ++i) {
+                if (!with_act && outs[i].first == act) continue;  // not written
+                if (gu_unsummed && (outs[i].first == g || outs[i].first == u)) continue;
+                expect_same_bits(ref[i].data(), got[i].data(), ref[i].size() * 4, what + " " + names[i]);
+              }
             }
-          }
+    be.set_swi_site(1);
     // Held back, then read by another op first: launched with its own fix-up, gate and up whole.
     be.set_ffn_defer(true);
     be.set_fwht_cluster(4, 1);

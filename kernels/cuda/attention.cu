@@ -7,7 +7,9 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/split_sums.cuh"
+#include "kernels/cuda/tile_layout.h"
 
 namespace bonsai::cuda {
 namespace {
@@ -243,6 +245,149 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
   out[th * head_dim + d] = gate ? o * sigmoid(g) : o;
 }
 
+// attention_merge_kernel<32> and hadamard_kernel's forward register path (signs, FWHT of B = C·D
+// columns, 1/√B, the int8 quantization) in one launch: block per (token, head) with one thread per
+// dim, as the merge; a Hadamard block is C consecutive heads, run as a cluster of C blocks (rank q
+// = head % C holds columns q·D .. of it). Each element sees the same operations on the same
+// operands as in the two launches (out is still written), so the floats and bytes are the same:
+// h = 1 .. 16 across lanes (shuffles), h = 32 .. D/2 across warps after one barrier (each thread
+// reads the same float4 of every warp and runs the NW-point butterflies in the reference's order),
+// by then in hadamard_kernel's layout (a thread per float4: slice s = d / (D/4) of the block
+// computes float4 d % (D/4)); h = D .. B/2 across the cluster: slice s pushes its float4 into the
+// blocks r ≡ s (mod 4) but its own with st.async, counted on the receiver's mbarrier
+// (residual_norm_split_kernel<2>'s one-way exchange, no release fence), and slice 0 waits for the
+// C - 1 others, runs the C-point butterflies, scales, stores y and quantizes (a warp per 128
+// columns, as hadamard_kernel).
+template <int D, int C>
+__global__ void __launch_bounds__(D)
+    attention_merge_fwht_kernel(const float* __restrict__ part, float* __restrict__ out,
+                                const float* __restrict__ gate, int64_t gate_stride,
+                                const float* __restrict__ signs, float* __restrict__ y, uint8_t* __restrict__ xq,
+                                float4* __restrict__ meta, int n_head) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int S = 32, NW = D / 32, G = D / 4, row = D + 2;
+  __shared__ float fac[32], inv_den;
+  __shared__ __align__(16) float xw[D];
+  __shared__ __align__(16) float4 recv[C][G];  // recv[r]: block r's float4s (C > 1)
+  __shared__ __align__(8) uint64_t bar;
+  pdl_trigger();
+  const int d = static_cast<int>(threadIdx.x), lane = d & 31;
+  const int64_t th = blockIdx.x;  // token * n_head + head
+  const int head = static_cast<int>(th % n_head), q = head % C;
+  const int64_t col0 = (th / n_head) * n_head * D + static_cast<int64_t>(head) * D;  // y's row offset + head
+  const float sgn = signs ? signs[head * D + d] : 1.0f;  // a weight: not written by any kernel
+  [[maybe_unused]] uint32_t bar_a = 0;
+  if constexpr (C > 1) {
+    bar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
+    if (d == 0) {  // one arrival (this one) and the other blocks' float4s
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a), "r"((C - 1) * D * 4)
+                   : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // published to the cluster (own shared memory only: no PDL hazard before the wait); the
+    // matching wait precedes the first push
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  }
+  pdl_wait();
+  // ---- the merge (attention_merge_kernel<32>) ----
+  const float* pr = part + th * S * row;
+  float pv[S];
+#pragma unroll
+  for (int sp = 0; sp < S; ++sp) pv[sp] = pr[sp * row + 2 + d];
+  const float g = gate ? gate[th * gate_stride + d] : 0.0f;
+  if (d < 32) {
+    const float m = pr[d * row];
+    const float lm = pr[d * row + 1];
+    const float mx = warp_max(m);
+    const float f = m == -INFINITY ? 0.0f : expf(m - mx);  // 0 for an empty split
+    const float den = warp_sum(f * lm);
+    fac[d] = f;
+    if (d == 0) inv_den = 1.0f / den;
+  }
+  __syncthreads();
+  float num = 0.0f;
+#pragma unroll
+  for (int sp = 0; sp < S; ++sp) num += fac[sp] * pv[sp];
+  const float o = num * inv_den;
+  const float a = gate ? o * sigmoid(g) : o;
+  out[th * D + d] = a;
+  // ---- the FWHT: h = 1 .. 16 across lanes ----
+  float v = signs ? a * sgn : a;
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const float w = __shfl_xor_sync(kFullMask, v, m);
+    v = lane & m ? w - v : v + w;
+  }
+  // h = 32 .. D/2 across warps, into hadamard_kernel's layout: float4 gi (elements 4·gi ..) of the head
+  const int gi = d % G, slice = d / G, jw = gi / 8;  // jw: the warp that held those elements
+  xw[d] = v;
+  __syncthreads();
+  float4 z[NW];
+#pragma unroll
+  for (int j = 0; j < NW; ++j) z[j] = *reinterpret_cast<const float4*>(xw + (4 * gi) % 32 + 32 * j);
+#pragma unroll
+  for (int m = 1; m < NW; m <<= 1)
+#pragma unroll
+    for (int j = 0; j < NW; ++j)
+      if (!(j & m)) {
+        const float4 x0 = z[j], x1 = z[j + m];
+        z[j] = make_float4(x0.x + x1.x, x0.y + x1.y, x0.z + x1.z, x0.w + x1.w);
+        z[j + m] = make_float4(x0.x - x1.x, x0.y - x1.y, x0.z - x1.z, x0.w - x1.w);
+      }
+  float4 f = z[0];
+#pragma unroll
+  for (int j = 1; j < NW; ++j)
+    if (j == jw) f = z[j];
+  // ---- h = D .. B/2 across the cluster's blocks ----
+  if constexpr (C > 1) {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every mbarrier is initialised
+    const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&recv[q][gi]));
+    for (int r = slice; r < C; r += 4)
+      if (r != q) {
+        uint32_t dst, rbar;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(src), "r"(r));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar_a), "r"(r));
+        asm volatile(
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                dst),
+            "f"(f.x), "f"(f.y), "f"(f.z), "f"(f.w), "r"(rbar)
+            : "memory");
+      }
+  }
+  if (slice != 0) return;
+  if constexpr (C > 1) {
+    asm volatile(
+        "{\n .reg .pred p;\n MF_WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
+        "[%0], 0;\n @!p bra MF_WAIT_%=;\n}\n" ::"r"(bar_a)
+        : "memory");  // every other block's float4s have landed here
+    float4 c[C];
+#pragma unroll
+    for (int r = 0; r < C; ++r) c[r] = r == q ? f : recv[r][gi];
+#pragma unroll
+    for (int m = 1; m < C; m <<= 1)  // stage h = m·D: block r's element with block r + m's
+#pragma unroll
+      for (int r = 0; r < C; ++r)
+        if (!(r & m)) {
+          const float4 x0 = c[r], x1 = c[r + m];
+          c[r] = make_float4(x0.x + x1.x, x0.y + x1.y, x0.z + x1.z, x0.w + x1.w);
+          c[r + m] = make_float4(x0.x - x1.x, x0.y - x1.y, x0.z - x1.z, x0.w - x1.w);
+        }
+#pragma unroll
+    for (int r = 0; r < C; ++r)
+      if (r == q) f = c[r];
+  }
+  const float sc = 1.0f / sqrtf(static_cast<float>(C * D));
+  const float4 ov = make_float4(f.x * sc, f.y * sc, f.z * sc, f.w * sc);
+  const int64_t at = col0 + 4 * gi;
+  *reinterpret_cast<float4*>(y + at) = ov;
+  // warp w of slice 0 holds the head's columns 128·w .. (one activation block), lane its 4·lane ..
+  quantize_block(ov, lane, reinterpret_cast<uint32_t*>(xq + (at / kBlockK) * kActBytes), meta + at / kBlockK);
+#else
+  __trap();  // launched only on compute capability 9.x (attention_merge_fwht)
+#endif
+}
+
 // Block per (head slot, token): slots [0, n_head) are query heads (from qf's query half),
 // [n_head, n_head + n_head_kv) key heads, then value heads; thread per dim (blockDim = d).
 // Queries and keys: RMSNorm with their gain, then NeoX RoPE on the first n_rot dims, the
@@ -335,6 +480,13 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                const float* gate, int64_t gate_stride, cudaStream_t s) {
+  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, n_head, n_head_kv, head_dim, scale, s);
+  attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
+}
+
+void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t, int pos0,
+                      const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+                      cudaStream_t s) {
   const dim3 grid(n_head_kv, splits, t);
   // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
   // but the group read at run time (A/B); else the group at compile time where it is 6.
@@ -343,7 +495,6 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
   if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
   launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
          head_dim, scale);
-  attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 
 void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
@@ -351,6 +502,31 @@ void attention_merge(const float* part, float* out, int t, int n_head, int split
   launch(splits == 32 ? attention_merge_kernel<32> : attention_merge_kernel<0>,
          static_cast<unsigned>(t) * n_head, head_dim <= 128 ? 128 : 256, 0, s, part, out, splits, head_dim,
          gate, gate_stride);
+}
+
+bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int splits, int head_dim,
+                          const float* gate, int64_t gate_stride, const float* signs, float* y, int64_t block,
+                          uint8_t* xq, float4* meta, cudaStream_t s) {
+  if (splits != 32 || (head_dim != 128 && head_dim != 256) || block % head_dim || !xq || !meta ||
+      !clusters_available())
+    return false;
+  const int64_t c = block / head_dim;
+  if ((c != 1 && c != 2 && c != 4 && c != 8) || n_head % c) return false;
+  using Kernel =
+      void (*)(const float*, float*, const float*, int64_t, const float*, float*, uint8_t*, float4*, int);
+  static const Kernel kernels[2][4] = {
+      {attention_merge_fwht_kernel<128, 1>, attention_merge_fwht_kernel<128, 2>,
+       attention_merge_fwht_kernel<128, 4>, attention_merge_fwht_kernel<128, 8>},
+      {attention_merge_fwht_kernel<256, 1>, attention_merge_fwht_kernel<256, 2>,
+       attention_merge_fwht_kernel<256, 4>, attention_merge_fwht_kernel<256, 8>}};
+  const Kernel kernel = kernels[head_dim == 256 ? 1 : 0][c == 1 ? 0 : c == 2 ? 1 : c == 4 ? 2 : 3];
+  const unsigned grid = static_cast<unsigned>(t) * n_head, threads = static_cast<unsigned>(head_dim);
+  if (c == 1) {
+    launch(kernel, grid, threads, 0, s, part, out, gate, gate_stride, signs, y, xq, meta, n_head);
+    return true;
+  }
+  return launch_cluster(kernel, dim3(grid), dim3(threads), dim3(static_cast<unsigned>(c), 1, 1), 0, s, part,
+                        out, gate, gate_stride, signs, y, xq, meta, n_head) == cudaSuccess;
 }
 
 void attention_prep(const AttnPrep& p, int t, int pos0, const int* pos_dev, cudaStream_t s,

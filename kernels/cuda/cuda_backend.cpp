@@ -41,6 +41,12 @@ bool env_flag(const char* name, bool fallback) {
 // Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
 void CudaBackend::Impl::flush() {
   Pending& p = pend;
+  if (p.merge) {
+    p.merge = false;
+    cuda::attention_merge(p.merge_part, p.merge_out, p.merge_t, p.merge_heads, p.merge_splits, p.merge_dim,
+                          p.merge_gate, p.merge_gate_stride, stream);
+    check_launch("attention merge");
+  }
   if (p.mv) {
     p.mv = false;
     matvec(p.mv_jobs, p.mv_groups, p.mv_xq, p.mv_meta, p.mv_t, p.mv_k, cuda::matvec_fixup(), nullptr);
@@ -102,6 +108,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
   m.ffn_defer = env_flag("BONSAI_CUDA_FFN_DEFER", m.ffn_defer);
+  if (const char* e = std::getenv("BONSAI_CUDA_SWI_SITE"); e && *e) {
+    const std::string_view v(e);
+    if (v != "0" && v != "1" && v != "2" && v != "4")
+      fail("BONSAI_CUDA_SWI_SITE='{}': expected 0 (fwht_split_kernel) or 1, 2, 4 (the lean site's blocks per "
+           "Hadamard block)",
+           v);
+    m.swi_site = v[0] - '0';
+  }
+  m.attn_fwht = env_flag("BONSAI_CUDA_ATTN_FWHT", m.attn_fwht);
   if (const char* e = std::getenv("BONSAI_CUDA_QKV_DEFER"); e && *e) {
     const std::string_view v(e);
     if (v.size() != 1 || v[0] < '0' || v[0] > '3') fail("BONSAI_CUDA_QKV_DEFER='{}': expected 0 .. 3", v);
@@ -168,6 +183,15 @@ void CudaBackend::set_qkv_defer(int mask) {
   if (mask < 0 || mask > 3) fail("cuda: set_qkv_defer({}): expected 0 .. 3", mask);
   impl_->flush();
   impl_->qkv_defer = mask;
+}
+void CudaBackend::set_swi_site(int ctas) {
+  if (ctas != 0 && ctas != 1 && ctas != 2 && ctas != 4) fail("cuda: set_swi_site({}): expected 0, 1, 2 or 4", ctas);
+  impl_->flush();
+  impl_->swi_site = ctas;
+}
+void CudaBackend::set_attn_fwht(bool on) {
+  impl_->flush();
+  impl_->attn_fwht = on;
 }
 void CudaBackend::set_fwht_cluster(int swiglu, int plain) {
   auto ok = [](int c) { return c == 1 || c == 2 || c == 4 || c == 8; };
@@ -378,8 +402,26 @@ void CudaBackend::rmsnorm(const float* x, const Weight& gain, float* y, int64_t 
 
 void CudaBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k,
                            int64_t block, bool inverse) {
-  impl_->flush();
   Impl& m = *impl_;
+  Impl::Pending& pm = m.pend;
+  // x the held-back decode merge's output: the merge and this site as one launch (attn_fwht)
+  if (pm.merge && x == pm.merge_out && !inverse && rows == pm.merge_t && k == pm.merge_heads * pm.merge_dim &&
+      block % cuda::kBlockK == 0 && m.site_out(rows, k, block) == Impl::SiteOut::int8) {
+    m.reserve_quant(rows, k);
+    if (cuda::attention_merge_fwht(pm.merge_part, pm.merge_out, pm.merge_t, pm.merge_heads, pm.merge_splits,
+                                   pm.merge_dim, pm.merge_gate, pm.merge_gate_stride, signs, y, block,
+                                   m.xq.as<uint8_t>(), m.meta.as<float4>(), m.stream)) {
+      pm.merge = false;
+      check_launch("attention merge + hadamard");
+      m.wrote(y, rows * k * sizeof(float));
+      m.q_src = y;
+      m.q_rows = rows;
+      m.q_k = k;
+      return;
+    }
+    cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+  }
+  m.flush();
   if (block > 8192 || k % block) fail("cuda: Hadamard block {} of width {} is not supported", block, k);
   // A forward site feeds a ternary matvec: quantize its output in the same pass.
   bool quant = !inverse && block % cuda::kBlockK == 0;
@@ -699,7 +741,13 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   uint8_t* xq = quant ? m.xq.as<uint8_t>() : nullptr;
   float4* meta = quant ? m.meta.as<float4>() : nullptr;
   bool done = false;
-  if (quant && (deferred || (m.fwht_ctas[0] > 1 && rows < cuda::kGemmMinTokens))) {
+  if (quant && deferred && m.swi_site > 0 && m.fwht_ctas[0] == 1) {
+    // act null: nothing reads gate / up after the site (Backend::swiglu_site), no write-back
+    done = cuda::swiglu_site_lean(split[0], split[1], act, signs, rotated, rows, n, block, xq, meta,
+                                  act != nullptr, m.stream, m.swi_site);
+    if (!done) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
+  }
+  if (!done && quant && (deferred || (m.fwht_ctas[0] > 1 && rows < cuda::kGemmMinTokens))) {
     const int r = static_cast<int>(rows), c = static_cast<int>(n);
     done = cuda::fwht_site_split(deferred ? split[0] : cuda::split_whole(gate, r, c),
                                  deferred ? split[1] : cuda::split_whole(up, r, c), act, signs, rotated, rows,

@@ -56,6 +56,9 @@ class CudaBackend : public Backend {
   void residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
                           const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                           int64_t n, float eps) override;
+  // With act null (nothing reads the site's intermediates: Backend::swiglu_site), a gate+up
+  // matvec whose split sums the lean site adds (set_ffn_defer, set_swi_site > 0) leaves gate and
+  // up unsummed: the sums are not stored back.
   void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
                    float* rotated, int64_t rows, int64_t n) override;
   void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
@@ -124,6 +127,12 @@ class CudaBackend : public Backend {
   // not depend on it; other values are errors).
   void set_qkv_defer(int mask);
   void set_fwht_cluster(int swiglu, int plain);
+  // The deferred decode SwiGLU site's lean kernel over 1, 2 or 4 blocks per Hadamard block, 0:
+  // fwht_split_kernel (cuda::swiglu_site_lean; default: BONSAI_CUDA_SWI_SITE, else kSwiSite), and
+  // the decode attention merge run with the next FWHT site of its output
+  // (cuda::attention_merge_fwht; BONSAI_CUDA_ATTN_FWHT, else on); results do not depend on either.
+  void set_swi_site(int ctas);
+  void set_attn_fwht(bool on);
   // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
   // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.
   static bool attention_on_tensor_cores(int t, const AttentionShape& s);

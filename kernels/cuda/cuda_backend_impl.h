@@ -135,6 +135,17 @@ constexpr int kQkvDefer = kQkvDeferAttn;
 // cluster launch and barrier cost more than the spread loads save (tg128 236.0 with 4,1, 229.0
 // with 8,1, 224.4 with 4,4 against 250.1 with 1,1; docs/performance.md, session 8).
 constexpr int kFwhtCtasSwiglu = 1, kFwhtCtasPlain = 1;
+// Default of BONSAI_CUDA_SWI_SITE: the deferred decode SwiGLU site as cuda::swiglu_site_lean (the
+// slot addresses before the dependency wait, no write-back of the gate / up sums when act is null,
+// the cross-warp FWHT stages after one barrier) over 1, 2 or 4 thread blocks per Hadamard block
+// (a cluster exchanging the last stages with st.async pushes), instead of fwht_split_kernel (0).
+// The same floats. docs/performance.md, session 9.
+constexpr int kSwiSite = 1;
+// Default of BONSAI_CUDA_ATTN_FWHT: a decode step's attention merge (32 splits) held back and, when
+// the next op is the forward, quantizing hadamard() of its output, run with it as one launch
+// (cuda::attention_merge_fwht: a cluster of block / head_dim merge blocks per Hadamard block);
+// 0: the merge and hadamard_kernel. The same floats. docs/performance.md, session 9.
+constexpr bool kAttnFwht = true;
 // Default of BONSAI_CUDA_SITE_F16: whether a prefill site whose consumer is the fp16 GEMM writes
 // the GEMM's fp16 activation itself (cuda::site_f16) instead of the int8 quantization, so that
 // the GEMM needs no conversion (CudaBackend::Impl::site_out): 0 never, 1 every site the
@@ -200,6 +211,8 @@ struct CudaBackend::Impl {
   bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
   int qkv_defer = kQkvDefer;                             // BONSAI_CUDA_QKV_DEFER (bit mask)
   int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
+  int swi_site = kSwiSite;                               // BONSAI_CUDA_SWI_SITE
+  bool attn_fwht = kAttnFwht;                            // BONSAI_CUDA_ATTN_FWHT
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   // The flag-free split fix-up's slots (BONSAI_CUDA_MV_FIXUP=slots; cuda::matvec_tiled): every
@@ -244,6 +257,16 @@ struct CudaBackend::Impl {
     int64_t mv_k = 0;
     const uint8_t* mv_xq = nullptr;
     const float4* mv_meta = nullptr;
+    // A decode step's attention merge (attn_fwht) held back until the next op: a forward,
+    // quantizing hadamard() of `out` runs it with the FWHT (cuda::attention_merge_fwht); any other
+    // op launches it first (cuda::attention_merge). Never pending with anything else (set last by
+    // attention_site, after its flush; every op flushes before it holds anything back).
+    bool merge = false;
+    const float* merge_part = nullptr;
+    float* merge_out = nullptr;
+    const float* merge_gate = nullptr;
+    int64_t merge_gate_stride = 0;
+    int merge_t = 0, merge_heads = 0, merge_splits = 0, merge_dim = 0;
   } pend;
   void flush();
   // The ternary matvec launch (scratch grown here); returns the fix-up used (split: defer).

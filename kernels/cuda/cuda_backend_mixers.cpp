@@ -83,6 +83,23 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
   }
   grow(part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
        "attention partials");
+  if (attn_fwht && splits == kDecodeSplits && (s.head_dim == 128 || s.head_dim == 256)) {
+    // the merge held back: the next op may be the FWHT site of out (CudaBackend::hadamard)
+    cuda::attention_splits(q, k_cache, v_cache, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
+                           s.n_head_kv, s.head_dim, s.scale, stream);
+    check_launch("attention");
+    pend.merge = true;
+    pend.merge_part = part.as<float>();
+    pend.merge_out = out;
+    pend.merge_gate = gate;
+    pend.merge_gate_stride = gate_stride;
+    pend.merge_t = t;
+    pend.merge_heads = s.n_head;
+    pend.merge_splits = splits;
+    pend.merge_dim = s.head_dim;
+    wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
+    return;
+  }
   cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
                   s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
   check_launch("attention");

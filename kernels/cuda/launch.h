@@ -177,6 +177,15 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
 bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
                      int64_t rows, int64_t k, int64_t block, int ctas, uint8_t* xq, float4* meta,
                      cudaStream_t s);
+// fwht_site_split's SwiGLU site with less after the dependency wait (kernels/cuda/swiglu_site.cu;
+// BONSAI_CUDA_SWI_SITE): the same floats; the split sums are written back to x.y / up.y only with
+// `writeback`. ctas 1, 2 or 4 thread blocks per Hadamard block (more: a cluster exchanging the
+// FWHT's last stages with st.async pushes). Returns false (launching nothing) unless compute
+// capability 9.x, block <= 4096 with block / ctas 128, 256, 512 or 1024, xq, meta and up.y given,
+// x.t == up.t == rows, x.n == up.n == k; or if the cluster launch is refused.
+bool swiglu_site_lean(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
+                      int64_t rows, int64_t k, int64_t block, uint8_t* xq, float4* meta, bool writeback,
+                      cudaStream_t s, int ctas = 1);
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,
@@ -212,6 +221,22 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
 // The merge alone: out [t][n_head][head_dim] from `part` as above (times the gate when given).
 void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
                      const float* gate, int64_t gate_stride, cudaStream_t s);
+// attention() without its merge: the split launch alone (then attention_merge or
+// attention_merge_fwht).
+void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t, int pos0,
+                      const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
+                      cudaStream_t s);
+// attention_merge of 32 splits followed by hadamard(out, signs, y, t, n_head·head_dim, block,
+// forward, xq, meta) in one launch (kernels/cuda/attention.cu, attention_merge_fwht_kernel;
+// BONSAI_CUDA_ATTN_FWHT=1): block = C·head_dim query heads' outputs per Hadamard block, C = 1,
+// 2, 4 or 8 thread blocks (one per head) in a thread-block cluster that runs the FWHT's stages
+// across heads through distributed shared memory. out and y, xq, meta: the same floats and bytes
+// as the two launches. Returns false (launching nothing) unless compute capability 9.x, splits
+// == 32, head_dim 128 or 256, block == C·head_dim for such a C, n_head % C == 0, xq and meta
+// given.
+bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int splits, int head_dim,
+                          const float* gate, int64_t gate_stride, const float* signs, float* y, int64_t block,
+                          uint8_t* xq, float4* meta, cudaStream_t s);
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
 // errors): 0, 1, 2 the fp32 split kernel's variants (attention.cu) for every batch; 3 (default) and 4
 // prefill batches of at least kAttentionMmaMinTokens tokens on the tensor cores (attention_mma.cu) with
