@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -152,23 +153,25 @@ TEST(CudaFfnSplit, SwigluSiteMatchesFixupBitwise) {
                                             ctas, b.xq, b.meta, nullptr))
               << w2;
           SiteOut::expect_same(a, b, true, w2);
-          if (ctas <= 4)  // the lean form (BONSAI_CUDA_SWI_SITE), with and without the write-back
-            for (const bool wb : {true, false}) {
-              b.clear();
-              mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
-              ASSERT_TRUE(cuda::swiglu_site_lean(split[0], split[1], wb ? b.act : nullptr, signs, b.rotated, t,
-                                                 cs.n, cs.block, b.xq, b.meta, wb, nullptr, ctas))
-                  << w2 << " lean";
-              if (!wb) {  // act, gate and up not written: compare the rest
-                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                const auto act = down(b.act, count);
-                for (size_t i = 0; i < count; ++i)
-                  ASSERT_EQ(bits_of(act[i]), 0xFFFFFFFFu) << w2 << " lean: act written at " << i;
-                for (auto [dst, src] : {std::pair{b.act, a.act}, {b.gate, a.gate}, {b.up, a.up}})
-                  cudaMemcpy(dst, src, count * 4, cudaMemcpyDeviceToDevice);
+          if (ctas <= 4)  // the lean form (BONSAI_CUDA_SWI_SITE, _REGS), with and without the write-back
+            for (const bool wb : {true, false})
+              for (const bool lr : {false, true}) {
+                b.clear();
+                mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
+                ASSERT_TRUE(cuda::swiglu_site_lean(split[0], split[1], wb ? b.act : nullptr, signs, b.rotated, t,
+                                                   cs.n, cs.block, b.xq, b.meta, wb, nullptr, ctas, lr))
+                    << w2 << " lean" << (lr ? " low regs" : "");
+                if (!wb) {  // act, gate and up not written: compare the rest
+                  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                  const auto act = down(b.act, count);
+                  for (size_t i = 0; i < count; ++i)
+                    ASSERT_EQ(bits_of(act[i]), 0xFFFFFFFFu) << w2 << " lean: act written at " << i;
+                  for (auto [dst, src] : {std::pair{b.act, a.act}, {b.gate, a.gate}, {b.up, a.up}})
+                    cudaMemcpy(dst, src, count * 4, cudaMemcpyDeviceToDevice);
+                }
+                SiteOut::expect_same(a, b, true,
+                                   w2 + (wb ? " lean" : " lean, no write-back") + (lr ? " low regs" : ""));
               }
-              SiteOut::expect_same(a, b, true, w2 + (wb ? " lean" : " lean, no write-back"));
-            }
           if (ctas == 1 && kernel == cuda::MatvecKernel::ws) {  // act may be null
             b.clear();
             mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
@@ -223,7 +226,7 @@ TEST(CudaFfnSplit, PlainSitesMatchBitwise) {
           SiteOut c(mem, count);
           const bool fits = block / ctas <= 1024;
           ASSERT_EQ(cuda::swiglu_site_lean(wx, wu, c.act, signs, c.rotated, t, n, block, c.xq, c.meta, true,
-                                           nullptr, ctas),
+                                           nullptr, ctas, ctas == 1),
                     fits)
               << what << " lean";
           if (fits) {
@@ -294,7 +297,7 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
     const char* names[] = {"y", "x_out", "normed", "rotated", "gate", "up", "act", "ffn rotated", "fwht"};
     auto run = [&](bool defer, int swiglu_ctas, int plain_ctas, bool with_act, bool recorded, int lean) {
       be.set_ffn_defer(defer);
-      be.set_swi_site(lean);
+      be.set_swi_site(std::abs(lean), lean < 0);
       be.set_fwht_cluster(swiglu_ctas, plain_ctas);
       auto body = [&] {
         be.matmul(w, xin, y, t);
@@ -319,7 +322,7 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
       return out;
     };
     const auto ref = run(false, 1, 1, true, false, 0);
-    for (const int lean : {0, 1, 2, 4})
+    for (const int lean : {0, 1, 2, 4, -1, -2})  // -c: c blocks, registers capped
       for (const bool defer : {false, true})
         for (const auto& [sc, pc] : {std::pair{1, 1}, std::pair{4, 1}, std::pair{8, 2}, std::pair{2, 4}})
           for (const bool recorded : {false, true})

@@ -11,8 +11,8 @@
 //     under set_attn_fwht(false / true), eagerly and recorded as a decode step and replayed, and
 //     the held-back merge read by another op first (launched alone): att, the rotated row and
 //     the matmul's output (which reads the quantization).
-//   CudaMergeFwht.KnobValuesAreChecked: BONSAI_CUDA_ATTN_FWHT takes 0 or 1, BONSAI_CUDA_SWI_SITE
-//     0, 1, 2 or 4.
+//   CudaMergeFwht.KnobValuesAreChecked: BONSAI_CUDA_ATTN_FWHT and BONSAI_CUDA_SWI_REGS take 0 or 1,
+//     BONSAI_CUDA_SWI_SITE 0, 1, 2 or 4.
 // Needs a device with sm_90 code (Hopper); skips with the reason otherwise.
 #include <gtest/gtest.h>
 
@@ -291,6 +291,7 @@ TEST(CudaMergeFwht, KnobValuesAreChecked) {
   const std::vector<const char*> attn_good = {"0", "1"}, attn_bad = {"2", "x", "10"},
                                  swi_good = {"0", "1", "2", "4"}, swi_bad = {"3", "8", "x", "10"};
   for (const auto& [knob, good, bad] : {std::tuple{"BONSAI_CUDA_ATTN_FWHT", &attn_good, &attn_bad},
+                                        std::tuple{"BONSAI_CUDA_SWI_REGS", &attn_good, &attn_bad},
                                         std::tuple{"BONSAI_CUDA_SWI_SITE", &swi_good, &swi_bad}}) {
     for (const char* v : *bad) {
       setenv(knob, v, 1);

@@ -117,6 +117,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     m.swi_site = v[0] - '0';
   }
   m.attn_fwht = env_flag("BONSAI_CUDA_ATTN_FWHT", m.attn_fwht);
+  m.swi_low_regs = env_flag("BONSAI_CUDA_SWI_REGS", m.swi_low_regs);
   if (const char* e = std::getenv("BONSAI_CUDA_QKV_DEFER"); e && *e) {
     const std::string_view v(e);
     if (v.size() != 1 || v[0] < '0' || v[0] > '3') fail("BONSAI_CUDA_QKV_DEFER='{}': expected 0 .. 3", v);
@@ -184,10 +185,11 @@ void CudaBackend::set_qkv_defer(int mask) {
   impl_->flush();
   impl_->qkv_defer = mask;
 }
-void CudaBackend::set_swi_site(int ctas) {
+void CudaBackend::set_swi_site(int ctas, bool low_regs) {
   if (ctas != 0 && ctas != 1 && ctas != 2 && ctas != 4) fail("cuda: set_swi_site({}): expected 0, 1, 2 or 4", ctas);
   impl_->flush();
   impl_->swi_site = ctas;
+  impl_->swi_low_regs = low_regs;
 }
 void CudaBackend::set_attn_fwht(bool on) {
   impl_->flush();
@@ -744,7 +746,7 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   if (quant && deferred && m.swi_site > 0 && m.fwht_ctas[0] == 1) {
     // act null: nothing reads gate / up after the site (Backend::swiglu_site), no write-back
     done = cuda::swiglu_site_lean(split[0], split[1], act, signs, rotated, rows, n, block, xq, meta,
-                                  act != nullptr, m.stream, m.swi_site);
+                                  act != nullptr, m.stream, m.swi_site, m.swi_low_regs);
     if (!done) cudaGetLastError();  // a refused cluster launch is not an error of the next launch
   }
   if (!done && quant && (deferred || (m.fwht_ctas[0] > 1 && rows < cuda::kGemmMinTokens))) {

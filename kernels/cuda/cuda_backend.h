@@ -128,10 +128,11 @@ class CudaBackend : public Backend {
   void set_qkv_defer(int mask);
   void set_fwht_cluster(int swiglu, int plain);
   // The deferred decode SwiGLU site's lean kernel over 1, 2 or 4 blocks per Hadamard block, 0:
-  // fwht_split_kernel (cuda::swiglu_site_lean; default: BONSAI_CUDA_SWI_SITE, else kSwiSite), and
-  // the decode attention merge run with the next FWHT site of its output
-  // (cuda::attention_merge_fwht; BONSAI_CUDA_ATTN_FWHT, else on); results do not depend on either.
-  void set_swi_site(int ctas);
+  // fwht_split_kernel, low_regs: its registers capped at 64 (cuda::swiglu_site_lean; default:
+  // BONSAI_CUDA_SWI_SITE, BONSAI_CUDA_SWI_REGS), and the decode attention merge run with the next
+  // FWHT site of its output (cuda::attention_merge_fwht; BONSAI_CUDA_ATTN_FWHT, else on); results
+  // do not depend on either.
+  void set_swi_site(int ctas, bool low_regs = false);
   void set_attn_fwht(bool on);
   // Whether attention() of a t-token batch of this shape runs the tensor-core prefill kernel
   // (BONSAI_CUDA_ATTN; fp16 operands) rather than the fp32 split kernel.

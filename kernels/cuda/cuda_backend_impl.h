@@ -141,6 +141,9 @@ constexpr int kFwhtCtasSwiglu = 1, kFwhtCtasPlain = 1;
 // (a cluster exchanging the last stages with st.async pushes), instead of fwht_split_kernel (0).
 // The same floats. docs/performance.md, session 9.
 constexpr int kSwiSite = 1;
+// Default of BONSAI_CUDA_SWI_REGS: the lean SwiGLU site's registers capped at 64 per thread
+// (cuda::swiglu_site_lean's low_regs), so that its blocks fit beside a ws matvec block.
+constexpr bool kSwiLowRegs = true;
 // Default of BONSAI_CUDA_ATTN_FWHT: a decode step's attention merge (32 splits) held back and, when
 // the next op is the forward, quantizing hadamard() of its output, run with it as one launch
 // (cuda::attention_merge_fwht: a cluster of block / head_dim merge blocks per Hadamard block);
@@ -212,6 +215,7 @@ struct CudaBackend::Impl {
   int qkv_defer = kQkvDefer;                             // BONSAI_CUDA_QKV_DEFER (bit mask)
   int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
   int swi_site = kSwiSite;                               // BONSAI_CUDA_SWI_SITE
+  bool swi_low_regs = kSwiLowRegs;                       // BONSAI_CUDA_SWI_REGS
   bool attn_fwht = kAttnFwht;                            // BONSAI_CUDA_ATTN_FWHT
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)

@@ -180,12 +180,13 @@ bool fwht_site_split(const SplitSums& x, const SplitSums& up, float* act, const 
 // fwht_site_split's SwiGLU site with less after the dependency wait (kernels/cuda/swiglu_site.cu;
 // BONSAI_CUDA_SWI_SITE): the same floats; the split sums are written back to x.y / up.y only with
 // `writeback`. ctas 1, 2 or 4 thread blocks per Hadamard block (more: a cluster exchanging the
-// FWHT's last stages with st.async pushes). Returns false (launching nothing) unless compute
-// capability 9.x, block <= 4096 with block / ctas 128, 256, 512 or 1024, xq, meta and up.y given,
-// x.t == up.t == rows, x.n == up.n == k; or if the cluster launch is refused.
+// FWHT's last stages with st.async pushes); low_regs: the kernel's registers capped at 64 per
+// thread (BONSAI_CUDA_SWI_REGS). Returns false (launching nothing) unless compute capability 9.x,
+// block <= 4096 with block / ctas 128, 256, 512 or 1024, xq, meta and up.y given, x.t == up.t ==
+// rows, x.n == up.n == k; or if the cluster launch is refused.
 bool swiglu_site_lean(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
                       int64_t rows, int64_t k, int64_t block, uint8_t* xq, float4* meta, bool writeback,
-                      cudaStream_t s, int ctas = 1);
+                      cudaStream_t s, int ctas = 1, bool low_regs = false);
 // hadamard() of act = silu(x) ⊙ up (also written to act): the SwiGLU site.
 void swiglu_hadamard(const float* x, const float* up, float* act, const float* signs, float* y, int64_t rows,
                      int64_t k, int64_t block, bool inverse, uint8_t* xq, float4* meta, cudaStream_t s,

@@ -32,14 +32,19 @@ __device__ __forceinline__ float4 sub4(float4 a, float4 b) {
 // - the FWHT stages across warps (h = 128 .. BQ/2) after one barrier: each thread publishes its
 //   float4, reads the same float4 of every warp and runs the NW-point butterflies (the
 //   reference's order), keeping its own warp's element, instead of one barrier per stage.
+// LR: the registers capped at 64 per thread (5 slots of each per load round trip, a few bytes
+// spilled) so that two 256-thread site blocks fit beside one ws matvec block on an SM (the ws
+// kernel's 2 blocks of 320 threads at ~100 registers fill a register file; a site block of 256
+// threads at 104 registers needs an SM holding at most one of them, so some site blocks may
+// become resident only as the matvec drains, their prologue then on the chain).
 // C > 1: the Hadamard block spread over a cluster of C blocks (rank q = blockIdx.y % C holds
 // columns q·BQ .. of it), so each SM loads 1/C of the slots; after the in-block stages each
 // thread pushes its float4 into the C - 1 other blocks with st.async, counted on the receiver's
 // mbarrier (residual_norm_split_kernel<2>'s one-way exchange: no release fence waits for the
 // stores before it), waits for theirs and runs the stages h = BQ .. B/2 (the C-point
 // butterflies in the reference's order), keeping its own.
-template <int NW, int C>
-__global__ void __launch_bounds__(NW * 32)
+template <int NW, int C, bool LR>
+__global__ void __launch_bounds__(NW * 32, LR ? 32 / NW : 1)
     swiglu_site_kernel(SplitSums x, SplitSums up, float* act, const float* __restrict__ signs, float* y,
                        int64_t k, uint8_t* __restrict__ xq, float4* __restrict__ meta, int writeback) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -78,15 +83,16 @@ __global__ void __launch_bounds__(NW * 32)
   pdl_wait();  // the matvec's slots
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), u = v;
   const int n = na > nb ? na : nb;
-  for (int r0 = 0; r0 < n; r0 += split::kBatch2) {
-    float4 a[split::kBatch2], b[split::kBatch2];
+  constexpr int kB = LR ? 5 : split::kBatch2;  // slots of each per round trip
+  for (int r0 = 0; r0 < n; r0 += kB) {
+    float4 a[kB], b[kB];
 #pragma unroll
-    for (int j = 0; j < split::kBatch2; ++j) {
+    for (int j = 0; j < kB; ++j) {
       if (r0 + j < na) a[j] = __ldcg(pa + (r0 + j) * kStride);
       if (r0 + j < nb) b[j] = __ldcg(pb + (r0 + j) * kStride);
     }
 #pragma unroll
-    for (int j = 0; j < split::kBatch2; ++j) {
+    for (int j = 0; j < kB; ++j) {
       if (r0 + j < na) v = na == 1 ? a[j] : add4(v, a[j]);  // (-0.0f stays)
       if (r0 + j < nb) u = nb == 1 ? b[j] : add4(u, b[j]);
     }
@@ -178,7 +184,7 @@ __global__ void __launch_bounds__(NW * 32)
 
 bool swiglu_site_lean(const SplitSums& x, const SplitSums& up, float* act, const float* signs, float* y,
                       int64_t rows, int64_t k, int64_t block, uint8_t* xq, float4* meta, bool writeback,
-                      cudaStream_t s, int ctas) {
+                      cudaStream_t s, int ctas, bool low_regs) {
   const int64_t bq = block / std::max(ctas, 1);
   if ((ctas != 1 && ctas != 2 && ctas != 4) || block > 4096 ||
       (bq != 128 && bq != 256 && bq != 512 && bq != 1024) || k % block || !up.y || !xq || !meta ||
@@ -186,18 +192,23 @@ bool swiglu_site_lean(const SplitSums& x, const SplitSums& up, float* act, const
     return false;
   using Kernel =
       void (*)(SplitSums, SplitSums, float*, const float*, float*, int64_t, uint8_t*, float4*, int);
-  static const Kernel kernels[3][4] = {{swiglu_site_kernel<1, 1>, swiglu_site_kernel<2, 1>,
-                                        swiglu_site_kernel<4, 1>, swiglu_site_kernel<8, 1>},
-                                       {swiglu_site_kernel<1, 2>, swiglu_site_kernel<2, 2>,
-                                        swiglu_site_kernel<4, 2>, swiglu_site_kernel<8, 2>},
-                                       {swiglu_site_kernel<1, 4>, swiglu_site_kernel<2, 4>,
-                                        swiglu_site_kernel<4, 4>, swiglu_site_kernel<8, 4>}};
-  const Kernel kernel = kernels[ctas == 1   ? 0
-                                : ctas == 2 ? 1
-                                            : 2][bq == 128   ? 0
-                                                 : bq == 256 ? 1
-                                                 : bq == 512 ? 2
-                                                             : 3];
+  // [low_regs][ctas 1, 2, 4][block / ctas 128 .. 1024]
+  static const Kernel kernels[2][3][4] = {
+      {{swiglu_site_kernel<1, 1, false>, swiglu_site_kernel<2, 1, false>, swiglu_site_kernel<4, 1, false>,
+        swiglu_site_kernel<8, 1, false>},
+       {swiglu_site_kernel<1, 2, false>, swiglu_site_kernel<2, 2, false>, swiglu_site_kernel<4, 2, false>,
+        swiglu_site_kernel<8, 2, false>},
+       {swiglu_site_kernel<1, 4, false>, swiglu_site_kernel<2, 4, false>, swiglu_site_kernel<4, 4, false>,
+        swiglu_site_kernel<8, 4, false>}},
+      {{swiglu_site_kernel<1, 1, true>, swiglu_site_kernel<2, 1, true>, swiglu_site_kernel<4, 1, true>,
+        swiglu_site_kernel<8, 1, true>},
+       {swiglu_site_kernel<1, 2, true>, swiglu_site_kernel<2, 2, true>, swiglu_site_kernel<4, 2, true>,
+        swiglu_site_kernel<8, 2, true>},
+       {swiglu_site_kernel<1, 4, true>, swiglu_site_kernel<2, 4, true>, swiglu_site_kernel<4, 4, true>,
+        swiglu_site_kernel<8, 4, true>}}};
+  const int ci = ctas == 1 ? 0 : ctas == 2 ? 1 : 2;
+  const int wi = bq == 128 ? 0 : bq == 256 ? 1 : bq == 512 ? 2 : 3;
+  const Kernel kernel = kernels[low_regs ? 1 : 0][ci][wi];
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(k / block * ctas));
   const unsigned threads = static_cast<unsigned>(bq / 4);
   if (ctas == 1) {
