@@ -88,13 +88,17 @@ __global__ void __launch_bounds__(NW * 32, LR ? 32 / NW : 1)
     float4 a[kB], b[kB];
 #pragma unroll
     for (int j = 0; j < kB; ++j) {
+      a[j] = b[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (r0 + j < na) a[j] = __ldcg(pa + (r0 + j) * kStride);
       if (r0 + j < nb) b[j] = __ldcg(pb + (r0 + j) * kStride);
     }
+    // selects, not branches (ptxas made each add a branch region); a slot past nr leaves the
+    // sum as it was, nr == 1 takes y itself (-0.0f stays)
 #pragma unroll
     for (int j = 0; j < kB; ++j) {
-      if (r0 + j < na) v = na == 1 ? a[j] : add4(v, a[j]);  // (-0.0f stays)
-      if (r0 + j < nb) u = nb == 1 ? b[j] : add4(u, b[j]);
+      const float4 sv = add4(v, a[j]), su = add4(u, b[j]);
+      v = r0 + j < na ? (na == 1 ? a[j] : sv) : v;
+      u = r0 + j < nb ? (nb == 1 ? b[j] : su) : u;
     }
   }
   if (writeback) {  // y as matmul would have left it
