@@ -7,7 +7,7 @@
 //     both kinds, nr > 8, nr > 32 (the loads in more than one batch), a partial last group,
 //     t = 1..4 and two token groups (t = 5, 8); legacy asked for defer runs last.
 //   CudaSplitSums.ResidualSiteMatchesFixupBitwise: residual_norm_site_split (the site adds the
-//     slots; cluster of the row's Hadamard blocks) in its three forms (BONSAI_CUDA_RES_SPLIT: how the
+//     slots; cluster of the row's Hadamard blocks) in its four forms (BONSAI_CUDA_RES_SPLIT: how the
 //     x·x terms go around the cluster) against matvec first + residual_norm_site: x_out, normed,
 //     rotated, the quantized activation and its scales, and y itself.
 //   CudaSplitSums.BackendModesMatchBitwise: CudaBackend's matmul + residual_norm_site under
@@ -160,7 +160,7 @@ TEST(CudaSplitSums, ResidualSiteMatchesFixupBitwise) {
                                a.xq, a.meta, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
       for (const auto kernel : {cuda::MatvecKernel::ws, cuda::MatvecKernel::bulk})
-        for (int form = 0; form <= 2; ++form) {
+        for (int form = 0; form <= 3; ++form) {
           const std::string w2 =
               what + (kernel == cuda::MatvecKernel::ws ? " ws" : " bulk") + " form " + std::to_string(form);
           cudaMemset(b.y, 0xff, count * 4);

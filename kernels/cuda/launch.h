@@ -158,8 +158,9 @@ void hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_
 // distributed shared memory. Returns false (launching nothing) where that does not apply (also
 // blocks whose threads the kernel's registers do not allow: block > 1024 at sm_90a).
 // `form` (norm_fwht.cu, residual_norm_split_kernel): how the cluster exchanges the x·x terms, all
-// three the same floats: 0 the session-6 kernel, 1 lean (default), 2 lean with st.async pushes.
-int residual_split_form();  // BONSAI_CUDA_RES_SPLIT=0|1|2, read once; another value is an error
+// four the same floats: 0 the session-6 kernel, 1 lean, 2 lean with st.async pushes, 3 (default) 2's
+// code with its registers capped at 128 so that its blocks fit beside a ws matvec block.
+int residual_split_form();  // BONSAI_CUDA_RES_SPLIT=0|1|2|3, read once; another value is an error
 bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_out, const float* gain,
                               const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                               int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s,
@@ -224,9 +225,9 @@ void attention_merge(const float* part, float* out, int t, int n_head, int split
                      const float* gate, int64_t gate_stride, cudaStream_t s);
 // attention() without its merge: the split launch alone (then attention_merge or
 // attention_merge_fwht).
-void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t, int pos0,
-                      const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-                      cudaStream_t s);
+void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
+                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
+                      float scale, cudaStream_t s);
 // attention_merge of 32 splits followed by hadamard(out, signs, y, t, n_head·head_dim, block,
 // forward, xq, meta) in one launch (kernels/cuda/attention.cu, attention_merge_fwht_kernel;
 // BONSAI_CUDA_ATTN_FWHT=1): block = C·head_dim query heads' outputs per Hadamard block, C = 1,

@@ -336,9 +336,15 @@ __global__ void residual_norm_kernel(const float* x, const float* delta, float* 
 //   1 (lean): each thread publishes its float4's x·x term (one float); the barrier is split so that
 //     the delta.y / x_out stores go between its arrive and its wait; the done-reading arrive is
 //     relaxed (it orders no memory); the block sum has no leading barrier.
-//   2 (lean + pushes, the default): the terms pushed into every other block's shared memory with
+//   2 (lean + pushes): the terms pushed into every other block's shared memory with
 //     st.async, counted on the receiver's mbarrier (one one-way trip, no MEMBAR after the wait):
 //     the mbarrier's init and the cluster arrive that publishes it run before griddepcontrol.wait.
+//   3 (form 2's code, with its registers capped at 128, the default): __launch_bounds__(256, 2) and 16
+//     slots per load round trip instead of 32, so that a block of 256 threads fits beside one ws
+//     matvec block on an SM (the matvec's 2 blocks of 320 threads at 96 registers take 61440 of
+//     the 65536; form 2 at 168 registers needs an SM without any, i.e. its cluster becomes
+//     resident only as the matvec drains, its launch then on the chain). The same floats: the
+//     batch changes only how many slot loads are in flight, not the order of the additions.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // the kernel's only caller exists for sm_90 alone
 __device__ __forceinline__ float xx_term(float4 v) {
   // residual_norm_kernel's `ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w` compiles to this
@@ -348,15 +354,14 @@ __device__ __forceinline__ float xx_term(float4 v) {
 }
 #endif
 
-template <int kForm>
-__global__ void residual_norm_split_kernel(const float* x, SplitSums delta, float* x_out,
-                                           const float* __restrict__ gain, const float* __restrict__ signs,
-                                           float* __restrict__ normed, float* __restrict__ rotated, int n,
-                                           int block, float eps, uint8_t* __restrict__ xq,
-                                           float4* __restrict__ meta) {
+template <int kForm, int kB>
+__device__ __forceinline__ void residual_norm_split_body(
+    const float* x, SplitSums delta, float* x_out, const float* __restrict__ gain,
+    const float* __restrict__ signs, float* __restrict__ normed, float* __restrict__ rotated, int n,
+    int block, float eps, uint8_t* __restrict__ xq, float4* __restrict__ meta) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // [2 · block] the FWHT's buffers; then form 0: [block] this block's x + delta, form 1: [block / 4]
-  // its x·x terms, form 2: [nb][block / 4] the row's x·x terms (Hadamard block r at r · block / 4)
+  // its x·x terms, forms 2, 3: [nb][block / 4] the row's x·x terms (Hadamard block r at r · block / 4)
   extern __shared__ __align__(16) float buf[];
   pdl_trigger();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * n;
@@ -383,7 +388,7 @@ __global__ void residual_norm_split_kernel(const float* x, SplitSums delta, floa
   pdl_wait();  // the matvec's slots (and x, written before it)
   float4 v = ld4(x + row + col);
   bool split = false;
-  const float4 d = split::load4(delta, static_cast<int>(blockIdx.x), col, &split);
+  const float4 d = split::load4<kB>(delta, static_cast<int>(blockIdx.x), col, &split);
   v = make_float4(v.x + d.x, v.y + d.y, v.z + d.z, v.w + d.w);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -466,6 +471,24 @@ __global__ void residual_norm_split_kernel(const float* x, SplitSums delta, floa
 #endif
 }
 
+template <int kForm>
+__global__ void residual_norm_split_kernel(const float* x, SplitSums delta, float* x_out,
+                                           const float* __restrict__ gain, const float* __restrict__ signs,
+                                           float* __restrict__ normed, float* __restrict__ rotated, int n,
+                                           int block, float eps, uint8_t* __restrict__ xq,
+                                           float4* __restrict__ meta) {
+  residual_norm_split_body<kForm, split::kBatch>(x, delta, x_out, gain, signs, normed, rotated, n, block, eps,
+                                                 xq, meta);
+}
+__global__ void __launch_bounds__(256, 2)
+    residual_norm_split_capped_kernel(const float* x, SplitSums delta, float* x_out,
+                                      const float* __restrict__ gain, const float* __restrict__ signs,
+                                      float* __restrict__ normed, float* __restrict__ rotated, int n,
+                                      int block, float eps, uint8_t* __restrict__ xq,
+                                      float4* __restrict__ meta) {
+  residual_norm_split_body<2, 16>(x, delta, x_out, gain, signs, normed, rotated, n, block, eps, xq, meta);
+}
+
 }  // namespace
 
 void rmsnorm(const float* x, const float* gain, float* y, int64_t rows, int64_t n, float eps,
@@ -512,17 +535,17 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
                               const float* signs, int64_t block, float* normed, float* rotated, int64_t rows,
                               int64_t n, float eps, uint8_t* xq, float4* meta, cudaStream_t s, int form) {
   if (block < 128 || block > 4096 || block % kBlockK || n % block || n / block > 8 || delta.t != rows ||
-      delta.n != n || form < 0 || form > 2 || !clusters_available())
+      delta.n != n || form < 0 || form > 3 || !clusters_available())
     return false;
   using Kernel = void (*)(const float*, SplitSums, float*, const float*, const float*, float*, float*, int,
                           int, float, uint8_t*, float4*);
   const Kernel kernels[] = {residual_norm_split_kernel<0>, residual_norm_split_kernel<1>,
-                            residual_norm_split_kernel<2>};
+                            residual_norm_split_kernel<2>, residual_norm_split_capped_kernel};
   // The slot loads in flight take registers (168 at sm_90a): blocks of 1024 columns (256
-  // threads) fit, the largest ones may not.
+  // threads) fit, the largest ones may not (form 3: at most 256 threads by its launch bounds).
   static const auto max_threads = [&kernels] {
-    std::array<int, 3> m{};
-    for (int f = 0; f < 3; ++f) {
+    std::array<int, 4> m{};
+    for (int f = 0; f < 4; ++f) {
       cudaFuncAttributes fa{};
       const bool ok = cudaFuncGetAttributes(&fa, kernels[f]) == cudaSuccess;
       cudaGetLastError();  // a failed query is not an error of the next launch
@@ -534,7 +557,7 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
   const unsigned nb = static_cast<unsigned>(n / block);
   const dim3 grid(static_cast<unsigned>(rows), nb);
   // shared memory: see the kernel (form 2: the row's n / 4 terms after the FWHT's buffers)
-  const size_t smem = (2 * block + (form == 2 ? std::max<int64_t>(block, n / 4) : block)) * sizeof(float);
+  const size_t smem = (2 * block + (form >= 2 ? std::max<int64_t>(block, n / 4) : block)) * sizeof(float);
   return launch_cluster(kernels[form], grid, static_cast<unsigned>(block / 4), dim3(1, nb, 1), smem, s, x,
                         delta, x_out, gain, signs, normed, rotated, static_cast<int>(n),
                         static_cast<int>(block), eps, xq, meta) == cudaSuccess;
@@ -544,11 +567,11 @@ int residual_split_form() {
   static const int form = [] {
     const char* e = std::getenv("BONSAI_CUDA_RES_SPLIT");
     const std::string_view v = e ? e : "";
-    if (v.empty()) return 2;
-    if (v.size() != 1 || v[0] < '0' || v[0] > '2')
+    if (v.empty()) return 3;
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3')
       fail(
-          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean) or 2 (lean with st.async "
-          "pushes, the default)",
+          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean), 2 (lean with st.async "
+          "pushes) or 3 (2 with its registers capped at 128, the default)",
           v);
     return v[0] - '0';
   }();
