@@ -8,6 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/site_fwht.cuh"
 #include "kernels/cuda/split_sums.cuh"
 #include "kernels/cuda/tile_layout.h"
 
@@ -262,8 +263,8 @@ template <int D, int C>
 __global__ void __launch_bounds__(D)
     attention_merge_fwht_kernel(const float* __restrict__ part, float* __restrict__ out,
                                 const float* __restrict__ gate, int64_t gate_stride,
-                                const float* __restrict__ signs, float* __restrict__ y, uint8_t* __restrict__ xq,
-                                float4* __restrict__ meta, int n_head) {
+                                const float* __restrict__ signs, float* __restrict__ y,
+                                uint8_t* __restrict__ xq, float4* __restrict__ meta, int n_head) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int S = 32, NW = D / 32, G = D / 4, row = D + 2;
   __shared__ float fac[32], inv_den;
@@ -279,12 +280,7 @@ __global__ void __launch_bounds__(D)
   [[maybe_unused]] uint32_t bar_a = 0;
   if constexpr (C > 1) {
     bar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
-    if (d == 0) {  // one arrival (this one) and the other blocks' float4s
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a), "r"((C - 1) * D * 4)
-                   : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (d == 0) push_init(bar_a, (C - 1) * D * 4);  // the other blocks' float4s
     // published to the cluster (own shared memory only: no PDL hazard before the wait); the
     // matching wait precedes the first push
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -326,56 +322,21 @@ __global__ void __launch_bounds__(D)
   float4 z[NW];
 #pragma unroll
   for (int j = 0; j < NW; ++j) z[j] = *reinterpret_cast<const float4*>(xw + (4 * gi) % 32 + 32 * j);
-#pragma unroll
-  for (int m = 1; m < NW; m <<= 1)
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-      if (!(j & m)) {
-        const float4 x0 = z[j], x1 = z[j + m];
-        z[j] = make_float4(x0.x + x1.x, x0.y + x1.y, x0.z + x1.z, x0.w + x1.w);
-        z[j + m] = make_float4(x0.x - x1.x, x0.y - x1.y, x0.z - x1.z, x0.w - x1.w);
-      }
-  float4 f = z[0];
-#pragma unroll
-  for (int j = 1; j < NW; ++j)
-    if (j == jw) f = z[j];
+  float4 f = butterflies_own(z, jw);
   // ---- h = D .. B/2 across the cluster's blocks ----
   if constexpr (C > 1) {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every mbarrier is initialised
     const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&recv[q][gi]));
     for (int r = slice; r < C; r += 4)
-      if (r != q) {
-        uint32_t dst, rbar;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(src), "r"(r));
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar_a), "r"(r));
-        asm volatile(
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                dst),
-            "f"(f.x), "f"(f.y), "f"(f.z), "f"(f.w), "r"(rbar)
-            : "memory");
-      }
+      if (r != q) push4(src, bar_a, r, f);
   }
   if (slice != 0) return;
   if constexpr (C > 1) {
-    asm volatile(
-        "{\n .reg .pred p;\n MF_WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
-        "[%0], 0;\n @!p bra MF_WAIT_%=;\n}\n" ::"r"(bar_a)
-        : "memory");  // every other block's float4s have landed here
+    push_wait(bar_a);  // every other block's float4s have landed here
     float4 c[C];
 #pragma unroll
     for (int r = 0; r < C; ++r) c[r] = r == q ? f : recv[r][gi];
-#pragma unroll
-    for (int m = 1; m < C; m <<= 1)  // stage h = m·D: block r's element with block r + m's
-#pragma unroll
-      for (int r = 0; r < C; ++r)
-        if (!(r & m)) {
-          const float4 x0 = c[r], x1 = c[r + m];
-          c[r] = make_float4(x0.x + x1.x, x0.y + x1.y, x0.z + x1.z, x0.w + x1.w);
-          c[r + m] = make_float4(x0.x - x1.x, x0.y - x1.y, x0.z - x1.z, x0.w - x1.w);
-        }
-#pragma unroll
-    for (int r = 0; r < C; ++r)
-      if (r == q) f = c[r];
+    f = butterflies_own(c, q);  // stage h = m·D: block r's element with block r + m's
   }
   const float sc = 1.0f / sqrtf(static_cast<float>(C * D));
   const float4 ov = make_float4(f.x * sc, f.y * sc, f.z * sc, f.w * sc);
@@ -480,13 +441,14 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
                const float* gate, int64_t gate_stride, cudaStream_t s) {
-  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, n_head, n_head_kv, head_dim, scale, s);
+  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, n_head, n_head_kv, head_dim, scale,
+                   s);
   attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 
-void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t, int pos0,
-                      const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-                      cudaStream_t s) {
+void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
+                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
+                      float scale, cudaStream_t s) {
   const dim3 grid(n_head_kv, splits, t);
   // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
   // but the group read at run time (A/B); else the group at compile time where it is 6.

@@ -40,6 +40,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_decode.h"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/site_fwht.cuh"
 #include "kernels/cuda/split_sums.cuh"
 
 namespace bonsai::cuda {
@@ -68,38 +69,8 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
   return fmaf(x.w, w.w, fmaf(x.z, w.z, fmaf(x.y, w.y, fmaf(x.x, w.x, acc))));
 }
 
-// The folded Hadamard site's FWHT of one block held as one float4 per thread (elements 4·tid ..
-// 4·tid + 3; threads at or past block / 4 hold nothing but take part in the barriers): norm_fwht.cu's
-// fwht_regs (what hadamard_kernel runs at blockDim == block / 4), stage by stage in the
-// reference's order: h = 1, 2 in the thread, h = 4 .. 64 across lanes, h >= 128 across warps
-// through buf (2·block floats, two buffers alternating: one barrier per stage). The same
-// additions on the same operands, so the same floats (CudaGdnFwht tests it bit for bit). The
-// caller's previous use of buf must be fenced by a barrier.
-__device__ __forceinline__ float4 fold_fwht(float4 v, float* buf, int block, bool active) {
-  const int lane = threadIdx.x & 31;
-  if (active) {  // warp-uniform: block / 4 is a multiple of 32
-    const float a0 = v.x + v.y, a1 = v.x - v.y, a2 = v.z + v.w, a3 = v.z - v.w;
-    v = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
-    for (int m = 1; m < 32 && 4 * m < block; m <<= 1) {
-      const float4 o = make_float4(__shfl_xor_sync(kFullMask, v.x, m), __shfl_xor_sync(kFullMask, v.y, m),
-                                   __shfl_xor_sync(kFullMask, v.z, m), __shfl_xor_sync(kFullMask, v.w, m));
-      v = lane & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
-                   : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
-    }
-  }
-  int par = 0;
-  for (int m = 32; 4 * m < block; m <<= 1, par ^= 1) {
-    float* b = buf + par * block;
-    if (active) *reinterpret_cast<float4*>(b + 4 * threadIdx.x) = v;
-    __syncthreads();
-    if (active) {
-      const float4 o = *reinterpret_cast<const float4*>(b + 4 * (threadIdx.x ^ m));
-      v = threadIdx.x & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
-                          : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
-    }
-  }
-  return v;
-}
+// The folded Hadamard site's FWHT: site_fwht.cuh's fwht_regs (what hadamard_kernel runs at blockDim ==
+// block / 4) with threads at or past block / 4 inactive: the same additions, the same floats.
 
 // Grid n_v·kC CTAs in clusters of kC (rank = blockIdx.x % kC), blockDim (d_k/32)·d_v/kC.
 // ab_early: the alpha/beta rows' first kAb float4 groups per thread loaded before the wait.
@@ -124,7 +95,7 @@ __device__ __forceinline__ float4 fold_fwht(float4 v, float* buf, int block, boo
 // its outputs, then thread 0 counts the CTA in f.counters[its Hadamard block] (after a barrier:
 // a release cumulative over the CTA's stores, and an acquire; inc wraps the counter back to zero
 // for the next step); the last of the block's f.ctas CTAs reads the block's outputs from L2 and
-// runs hadamard_kernel's register path on them (signs, fold_fwht, 1/√block, quantize_block):
+// runs hadamard_kernel's register path on them (signs, fwht_regs, 1/√block, quantize_block):
 // the same floats. So that the release waits for the outputs' stores alone, the state's stores
 // (and the conv state's) go after the count.
 template <int kC, bool kSplit, bool kWeak, bool kFold>
@@ -496,7 +467,7 @@ __global__ void __launch_bounds__(512 / kC)
   if (kFold && f_last) {  // CTA-uniform: hadamard_kernel's register path on the block's outputs
     float* fbuf = shifted + (kTaps - 2) * 2 * d_k;
     float4 r =
-        fold_fwht(f.signs ? make_float4(f_v.x * f_sg.x, f_v.y * f_sg.y, f_v.z * f_sg.z, f_v.w * f_sg.w) : f_v,
+        fwht_regs(f.signs ? make_float4(f_v.x * f_sg.x, f_v.y * f_sg.y, f_v.z * f_sg.z, f_v.w * f_sg.w) : f_v,
                   fbuf, f.block, f_active);
     const float rs = 1.0f / sqrtf(static_cast<float>(f.block));
     r = make_float4(r.x * rs, r.y * rs, r.z * rs, r.w * rs);
@@ -558,7 +529,7 @@ int decode_ctas(const GdnFused& p, const GdnDecodeConfig& c) {
 }  // namespace
 
 bool gdn_decode_folds(const GdnFused& p, const GdnDecodeConfig& c, int block) {
-  // one float4 per thread of a Hadamard block of whole heads; the 2·block floats of fold_fwht's
+  // one float4 per thread of a Hadamard block of whole heads; the 2·block floats of fwht_regs'
   // buffers in shared memory beside the step's
   const int C = decode_ctas(p, c), threads = p.d_v * (p.d_k / 32) / C;
   const int64_t width = static_cast<int64_t>(p.n_v) * p.d_v;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/site_fwht.cuh"
 #include "kernels/cuda/split_sums.cuh"
 #include "kernels/cuda/tile_layout.h"
 
@@ -98,33 +99,7 @@ __device__ __forceinline__ void store_block_amax(float4 o, float* dst, float* re
 
 constexpr int kMaxVec = 2;  // float4s per thread: blocks up to 8192 with 1024 threads
 
-// FWHT of one Hadamard block held as one float4 per thread (elements 4·tid .. 4·tid+3,
-// blockDim.x == block/4), stage by stage in the reference's order h = 1, 2, 4, ...:
-// bit-identical to fwht_shared. h = 1, 2 inside the thread, h = 4 .. 64 across lanes
-// (shuffles), h >= 128 across warps through `buf` (2·block floats: two buffers alternate,
-// so each of those stages needs a single barrier). The caller's previous use of buf must be
-// fenced by a barrier; the result stays in registers.
-__device__ __forceinline__ float4 fwht_regs(float4 v, float* buf, int block) {
-  const float a0 = v.x + v.y, a1 = v.x - v.y, a2 = v.z + v.w, a3 = v.z - v.w;
-  v = make_float4(a0 + a2, a1 + a3, a0 - a2, a1 - a3);
-  const int lane = threadIdx.x & 31;
-  for (int m = 1; m < 32 && 4 * m < block; m <<= 1) {
-    const float4 o = make_float4(__shfl_xor_sync(kFullMask, v.x, m), __shfl_xor_sync(kFullMask, v.y, m),
-                                 __shfl_xor_sync(kFullMask, v.z, m), __shfl_xor_sync(kFullMask, v.w, m));
-    v = lane & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
-                 : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
-  }
-  int par = 0;
-  for (int m = 32; 4 * m < block; m <<= 1, par ^= 1) {
-    float* b = buf + par * block;
-    *reinterpret_cast<float4*>(b + 4 * threadIdx.x) = v;
-    __syncthreads();
-    const float4 o = *reinterpret_cast<const float4*>(b + 4 * (threadIdx.x ^ m));
-    v = threadIdx.x & m ? make_float4(o.x - v.x, o.y - v.y, o.z - v.z, o.w - v.w)
-                        : make_float4(v.x + o.x, v.y + o.y, v.z + o.z, v.w + o.w);
-  }
-  return v;
-}
+// fwht_regs: site_fwht.cuh.
 
 // Block per (row, Hadamard block); thread i holds float4s i, i + blockDim, ... of the block,
 // all loaded in one round trip. The reference's butterfly order (bit-identical to
@@ -374,13 +349,7 @@ __device__ __forceinline__ void residual_norm_split_body(
   if constexpr (kForm == 2) {
     __shared__ __align__(8) uint64_t bar;
     bar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
-    if (threadIdx.x == 0) {  // one arrival (this one) and the other blocks' terms
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
-                   "r"((nb - 1) * T * 4)
-                   : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) push_init(bar_a, (nb - 1) * T * 4);  // the other blocks' terms
     // Published to the cluster (its own shared memory only: no PDL hazard before the wait); the
     // matching wait precedes the first push.
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -428,22 +397,10 @@ __device__ __forceinline__ void residual_norm_split_body(
       __syncwarp();  // the .aligned wait: the warp's lanes together again after the slot loads
       asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every mbarrier is initialised
       for (int r = lane & 3; r < nb; r += 4)
-        if (r != own) {
-          uint32_t dst, rbar;
-          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(q_a), "r"(r));
-          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar_a), "r"(r));
-          asm volatile(
-              "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::
-                  "r"(dst),
-              "f"(q4.x), "f"(q4.y), "f"(q4.z), "f"(q4.w), "r"(rbar)
-              : "memory");
-        }
+        if (r != own) push4(q_a, bar_a, r, q4);
       if (split) st4(delta.y + row + col, d);  // y as matmul would have left it
       st4(x_out + row + col, v);
-      asm volatile(
-          "{\n .reg .pred p;\n RES_WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
-          "[%0], 0;\n @!p bra RES_WAIT_%=;\n}\n" ::"r"(bar_a)
-          : "memory");  // every other block's terms have landed here
+      push_wait(bar_a);  // every other block's terms have landed here
       for (int r = 0; r < nb; ++r) ss = __fadd_rn(ss, r == own ? q : sum_s[r * T + threadIdx.x]);
     }
     __shared__ float red[32];  // common.cuh's block_sum without its leading barrier: red is used once

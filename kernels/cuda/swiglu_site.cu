@@ -6,6 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/site_fwht.cuh"
 #include "kernels/cuda/split_sums.cuh"
 #include "kernels/cuda/tile_layout.h"
 
@@ -69,13 +70,7 @@ __global__ void __launch_bounds__(NW * 32, LR ? 32 / NW : 1)
   [[maybe_unused]] uint32_t bar_a = 0;
   if constexpr (C > 1) {
     bar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
-    if (tid == 0) {  // one arrival (this one) and the other blocks' float4s
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_a) : "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
-                   "r"((C - 1) * BQ * 4)
-                   : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (tid == 0) push_init(bar_a, (C - 1) * BQ * 4);  // the other blocks' float4s
     // published to the cluster (own shared memory only: no PDL hazard before the wait); the
     // matching wait precedes the first push
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -125,53 +120,19 @@ __global__ void __launch_bounds__(NW * 32, LR ? 32 / NW : 1)
     float4 z[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) z[j] = xw[lane + 32 * j];
-#pragma unroll
-    for (int m = 1; m < NW; m <<= 1)
-#pragma unroll
-      for (int j = 0; j < NW; ++j)
-        if (!(j & m)) {
-          const float4 a = z[j], b = z[j + m];
-          z[j] = add4(a, b);
-          z[j + m] = sub4(a, b);
-        }
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-      if (j == warp) v = z[j];
+    v = butterflies_own(z, warp);
   }
   if constexpr (C > 1) {  // h = BQ .. B/2: block r's element with block r ^ m's
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every mbarrier is initialised
     const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&recv[q][tid]));
 #pragma unroll
     for (int r = 0; r < C; ++r)
-      if (r != q) {
-        uint32_t dst, rbar;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(src), "r"(r));
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar_a), "r"(r));
-        asm volatile(
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::
-                "r"(dst),
-            "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rbar)
-            : "memory");
-      }
-    asm volatile(
-        "{\n .reg .pred p;\n SW_WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
-        "[%0], 0;\n @!p bra SW_WAIT_%=;\n}\n" ::"r"(bar_a)
-        : "memory");  // every other block's float4s have landed here
+      if (r != q) push4(src, bar_a, r, v);
+    push_wait(bar_a);  // every other block's float4s have landed here
     float4 z[C];
 #pragma unroll
     for (int r = 0; r < C; ++r) z[r] = r == q ? v : recv[r][tid];
-#pragma unroll
-    for (int m = 1; m < C; m <<= 1)
-#pragma unroll
-      for (int r = 0; r < C; ++r)
-        if (!(r & m)) {
-          const float4 a = z[r], b = z[r + m];
-          z[r] = add4(a, b);
-          z[r + m] = sub4(a, b);
-        }
-#pragma unroll
-    for (int r = 0; r < C; ++r)
-      if (r == q) v = z[r];
+    v = butterflies_own(z, q);
   }
   const float s = 1.0f / sqrtf(static_cast<float>(B));
   const float4 o = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
