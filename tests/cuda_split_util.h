@@ -1,11 +1,13 @@
-// Shared pieces of the deferred split-sum tests (tests/test_backend_cuda_split.cpp,
-// tests/test_backend_cuda_ffn_split.cpp): device memory, random ternary weights in the tiled
-// layout, one matvec launch under a chosen kernel and fix-up, and a bitwise comparison.
+// Shared pieces of the deferred split-sum and site tests (tests/test_backend_cuda_split.cpp,
+// _ffn_split, _qkv_split, _gdn_fwht, _merge_fwht): device memory, random ternary weights in the tiled
+// layout, hand-built weights (WeightPool), one matvec launch under a chosen kernel and fix-up, and a
+// bitwise comparison.
 // Include only where BONSAI_HAVE_CUDA is set, after <cuda_runtime_api.h> and <gtest/gtest.h>.
 #pragma once
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -68,6 +70,82 @@ inline std::vector<uint8_t> random_rows(DType type, int64_t n, int64_t k, uint32
     encode_ternary_row(type, codes.data(), scales.data(), raw.data() + r * stride, k);
   }
   return raw;
+}
+
+// Hand-built weights of a site test: each one's host bytes live here as long as the pool (the
+// backend reads them when it prepares the weight and may keep pointing at them), the Weight is
+// prepared on `be` when made and unprepared with the pool (declare the pool after the backend). `what`
+// names the weights in the backend's messages.
+class WeightPool {
+ public:
+  WeightPool(CudaBackend& be, std::string what) : be_(be), what_(std::move(what)) {}
+  WeightPool(const WeightPool&) = delete;
+  WeightPool& operator=(const WeightPool&) = delete;
+  ~WeightPool() {
+    for (auto& w : weights_) be_.unprepare(*w);
+  }
+  // rows x cols of `type` from the given bytes (row_bytes(type, cols) per row)
+  Weight& bytes(DType type, int64_t rows, int64_t cols, std::vector<uint8_t> raw) {
+    raws_.push_back(std::move(raw));
+    return make(type, rows, cols, raws_.back().data(), raws_.back().size());
+  }
+  Weight& f32(std::vector<float> v, int64_t rows, int64_t cols) {
+    vecs_.push_back(std::move(v));
+    return make(DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(vecs_.back().data()),
+                vecs_.back().size() * 4);
+  }
+  // random PQ2_0 rows (random_rows)
+  Weight& ternary(int64_t rows, int64_t cols, uint32_t seed) {
+    return bytes(DType::PQ2_0, rows, cols, random_rows(DType::PQ2_0, rows, cols, seed));
+  }
+
+ private:
+  Weight& make(DType type, int64_t rows, int64_t cols, const uint8_t* data, size_t nbytes) {
+    weights_.push_back(std::make_unique<Weight>());
+    Weight& w = *weights_.back();
+    w.name = what_;
+    w.type = type;
+    w.n = rows;
+    w.k = cols;
+    w.data = data;
+    w.nbytes = nbytes;
+    be_.prepare(w);
+    return w;
+  }
+  CudaBackend& be_;
+  std::string what_;
+  std::vector<std::vector<uint8_t>> raws_;  // moved in: their heap buffers (w.data) do not move
+  std::vector<std::vector<float>> vecs_;
+  std::vector<std::unique_ptr<Weight>> weights_;
+};
+
+// One decode step's ops (`body`, at position pos0, t = 1 when `record`) run eagerly, then, with
+// `record`, recorded as a graph (after the eager warm-up step where the backend records only from
+// its second step) and replayed twice: each run from reset(), each checked by check(what + mode).
+template <class Reset, class Body, class Check>
+void run_step_modes(CudaBackend& be, int pos0, bool record, const std::string& what, Reset reset, Body body,
+                    Check check) {
+  const int32_t tok = 0;
+  reset();
+  body();
+  check(what + " eager");
+  if (!record) return;
+  reset();
+  if (!be.begin_capture(&tok, 1, pos0)) {  // the first step runs eagerly
+    body();
+    check(what + " warm-up step");
+    reset();
+    ASSERT_TRUE(be.begin_capture(&tok, 1, pos0)) << what;
+  }
+  body();
+  be.end_capture();  // runs the recorded step once
+  check(what + " recorded");
+  for (int r = 0; r < 2; ++r) {
+    reset();
+    ASSERT_TRUE(be.replay_step(&tok, 1, pos0)) << what;
+    check(what + " replay " + std::to_string(r));
+  }
+  be.drop_capture();
 }
 
 inline DType type_of(int groups) { return groups == 2 ? DType::Q2_0_G64 : DType::PQ2_0; }

@@ -158,8 +158,8 @@ TEST(CudaFfnSplit, SwigluSiteMatchesFixupBitwise) {
               for (const bool lr : {false, true}) {
                 b.clear();
                 mv.run(b.gate, kernel, cuda::MatvecFixup::defer, split, b.up);
-                ASSERT_TRUE(cuda::swiglu_site_lean(split[0], split[1], wb ? b.act : nullptr, signs, b.rotated, t,
-                                                   cs.n, cs.block, b.xq, b.meta, wb, nullptr, ctas, lr))
+                ASSERT_TRUE(cuda::swiglu_site_lean(split[0], split[1], wb ? b.act : nullptr, signs, b.rotated,
+                                                   t, cs.n, cs.block, b.xq, b.meta, wb, nullptr, ctas, lr))
                     << w2 << " lean" << (lr ? " low regs" : "");
                 if (!wb) {  // act, gate and up not written: compare the rest
                   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -170,7 +170,7 @@ TEST(CudaFfnSplit, SwigluSiteMatchesFixupBitwise) {
                     cudaMemcpy(dst, src, count * 4, cudaMemcpyDeviceToDevice);
                 }
                 SiteOut::expect_same(a, b, true,
-                                   w2 + (wb ? " lean" : " lean, no write-back") + (lr ? " low regs" : ""));
+                                     w2 + (wb ? " lean" : " lean, no write-back") + (lr ? " low regs" : ""));
               }
           if (ctas == 1 && kernel == cuda::MatvecKernel::ws) {  // act may be null
             b.clear();
@@ -255,28 +255,11 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   CudaBackend be(0);
   const int64_t n = 5120, k = 6144, f = 4096, block = 1024;
-  std::vector<std::vector<uint8_t>> raws;
-  std::vector<std::unique_ptr<Weight>> weights;
-  auto weight = [&](DType type, int64_t rows, int64_t cols, const uint8_t* data, size_t bytes) -> Weight& {
-    weights.push_back(std::make_unique<Weight>());
-    Weight& w = *weights.back();
-    w.name = "ffn split test weight";
-    w.type = type;
-    w.n = rows;
-    w.k = cols;
-    w.data = data;
-    w.nbytes = bytes;
-    be.prepare(w);
-    return w;
-  };
-  auto ternary = [&](int64_t rows, int64_t cols, uint32_t seed) -> Weight& {
-    raws.push_back(random_rows(DType::PQ2_0, rows, cols, seed));
-    return weight(DType::PQ2_0, rows, cols, raws.back().data(), raws.back().size());
-  };
-  Weight &w = ternary(n, k, 5), &wg = ternary(f, n, 15), &wu = ternary(f, n, 25);
+  WeightPool pool(be, "ffn split test weight");
+  Weight &w = pool.ternary(n, k, 5), &wg = pool.ternary(f, n, 15), &wu = pool.ternary(f, n, 25);
   auto gain_h = randn(n, 6, 0.3f);
   for (auto& g : gain_h) g += 1.0f;
-  Weight& gain = weight(DType::F32, 1, n, reinterpret_cast<const uint8_t*>(gain_h.data()), gain_h.size() * 4);
+  Weight& gain = pool.f32(gain_h, 1, n);
   const auto signs_h = random_signs(n, 7), signs_f_h = random_signs(f, 8);
   for (const int t : {1, 3}) {
     const size_t count = static_cast<size_t>(t) * n, fcount = static_cast<size_t>(t) * f;
@@ -359,7 +342,6 @@ TEST(CudaFfnSplit, BackendModesMatchBitwise) {
     for (float* p : {xin, x, signs, signs_f, y, x_out, normed, rotated, g, u, act, frot, frot2})
       be.release(p);
   }
-  for (auto& wp : weights) be.unprepare(*wp);
 }
 
 }  // namespace

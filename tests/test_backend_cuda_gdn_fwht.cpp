@@ -85,39 +85,19 @@ std::vector<Outputs> run_case(const Case& cs, bool record) {
   const int taps = 4, E = cs.embd;
   const int64_t C = 2 * gs.n_k * gs.d_k + static_cast<int64_t>(gs.n_v) * gs.d_v, DV = gs.n_v * gs.d_v;
   const int64_t n_out = 256;  // the out-projection's rows
-  std::vector<std::vector<uint8_t>> raws;
-  std::vector<std::vector<float>> vecs;
-  std::vector<std::unique_ptr<Weight>> weights;
-  auto weight = [&](DType type, int64_t rows, int64_t cols, const uint8_t* data, size_t bytes) -> Weight& {
-    weights.push_back(std::make_unique<Weight>());
-    Weight& w = *weights.back();
-    w.name = "gdn fwht test weight";
-    w.type = type;
-    w.n = rows;
-    w.k = cols;
-    w.data = data;
-    w.nbytes = bytes;
-    be.prepare(w);
-    return w;
-  };
-  auto f32 = [&](std::vector<float> v, int64_t rows, int64_t cols) -> Weight& {
-    vecs.push_back(std::move(v));
-    return weight(DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(vecs.back().data()),
-                  vecs.back().size() * 4);
-  };
+  WeightPool pool(be, "gdn fwht test weight");
   auto bf16 = [&](int64_t rows, uint32_t seed) -> Weight& {
-    raws.push_back(
+    return pool.bytes(
+        DType::BF16, rows, E,
         bf16_rows(rows, E, seed, 0.5f * std::sqrt(std::min(1.0f, 320.0f / static_cast<float>(E)))));
-    return weight(DType::BF16, rows, E, raws.back().data(), raws.back().size());
   };
-  raws.push_back(random_rows(DType::PQ2_0, n_out, DV, 80));
-  Weight& wout = weight(DType::PQ2_0, n_out, DV, raws.back().data(), raws.back().size());
+  Weight& wout = pool.ternary(n_out, DV, 80);
   auto a_h = randn(gs.n_v, 66), nw_h = randn(gs.d_v, 67, 0.2f);
   for (auto& v : a_h) v = -std::fabs(v);
   for (auto& v : nw_h) v += 1.0f;
-  Weight &conv = f32(randn(static_cast<size_t>(taps) * C, 70, 0.5f), C, taps), &ssm_a = f32(a_h, 1, gs.n_v),
-         &dt = f32(randn(gs.n_v, 71), 1, gs.n_v), &norm = f32(nw_h, 1, gs.d_v), &wa = bf16(gs.n_v, 72),
-         &wb = bf16(gs.n_v, 73);
+  Weight &conv = pool.f32(randn(static_cast<size_t>(taps) * C, 70, 0.5f), C, taps),
+         &ssm_a = pool.f32(a_h, 1, gs.n_v), &dt = pool.f32(randn(gs.n_v, 71), 1, gs.n_v),
+         &norm = pool.f32(nw_h, 1, gs.d_v), &wa = bf16(gs.n_v, 72), &wb = bf16(gs.n_v, 73);
   auto put = [&](const std::vector<float>& v) {
     float* p = be.alloc(v.size());
     be.from_host(p, v.data(), v.size());
@@ -208,7 +188,6 @@ std::vector<Outputs> run_case(const Case& cs, bool record) {
     be.drop_capture();
   }
   for (float* p : {conv_state, state, signs, qkv, z, xn, scr, rotated, y}) be.release(p);
-  for (auto& wp : weights) be.unprepare(*wp);
   return out;
 }
 

@@ -157,32 +157,12 @@ TEST(CudaMergeFwht, BackendModesMatchBitwise) {
   CudaBackend be(0);
   const int H = 8, HKV = 2, D = 256, pos0 = 37;
   const int64_t HD = static_cast<int64_t>(H) * D, E = 512, block = 1024;
-  std::vector<std::vector<uint8_t>> raws;
-  std::vector<std::vector<float>> vecs;
-  std::vector<std::unique_ptr<Weight>> weights;
-  auto weight = [&](DType type, int64_t rows, int64_t cols, const uint8_t* data, size_t bytes) -> Weight& {
-    weights.push_back(std::make_unique<Weight>());
-    Weight& w = *weights.back();
-    w.name = "merge fwht test weight";
-    w.type = type;
-    w.n = rows;
-    w.k = cols;
-    w.data = data;
-    w.nbytes = bytes;
-    be.prepare(w);
-    return w;
-  };
-  auto f32 = [&](std::vector<float> v, int64_t rows, int64_t cols) -> Weight& {
-    vecs.push_back(std::move(v));
-    return weight(DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(vecs.back().data()),
-                  vecs.back().size() * 4);
-  };
-  raws.push_back(random_rows(DType::PQ2_0, E, HD, 81));
-  Weight& wo = weight(DType::PQ2_0, E, HD, raws.back().data(), raws.back().size());
+  WeightPool pool(be, "merge fwht test weight");
+  Weight& wo = pool.ternary(E, HD, 81);
   auto qn_h = randn(D, 82, 0.3f), kn_h = randn(D, 83, 0.3f);
   for (auto* vs : {&qn_h, &kn_h})
     for (auto& v : *vs) v += 1.0f;
-  Weight &qnorm = f32(qn_h, 1, D), &knorm = f32(kn_h, 1, D);
+  Weight &qnorm = pool.f32(qn_h, 1, D), &knorm = pool.f32(kn_h, 1, D);
   auto put = [&](const std::vector<float>& v) {
     float* p = be.alloc(v.size());
     be.from_host(p, v.data(), v.size());
@@ -247,29 +227,10 @@ TEST(CudaMergeFwht, BackendModesMatchBitwise) {
   body();
   const auto ref = read();
   for (float x : ref[1]) ASSERT_TRUE(std::isfinite(x)) << "reference rotated row";
-  const int32_t tok = 0;
   for (const bool on : {false, true}) {
     be.set_attn_fwht(on);
-    const std::string what = on ? "fused" : "two launches";
-    reset();
-    body();
-    expect_ref(ref, what + " eager");
-    reset();
-    if (!be.begin_capture(&tok, 1, pos0)) {  // the first step runs eagerly
-      body();
-      expect_ref(ref, what + " warm-up step");
-      reset();
-      ASSERT_TRUE(be.begin_capture(&tok, 1, pos0));
-    }
-    body();
-    be.end_capture();  // runs the recorded step once
-    expect_ref(ref, what + " recorded");
-    for (int r = 0; r < 2; ++r) {
-      reset();
-      ASSERT_TRUE(be.replay_step(&tok, 1, pos0));
-      expect_ref(ref, what + " replay " + std::to_string(r));
-    }
-    be.drop_capture();
+    run_step_modes(be, pos0, true, on ? "fused" : "two launches", reset, body,
+                   [&](const std::string& w) { expect_ref(ref, w); });
   }
   // Held back, then read by another op first: launched alone, then the site as usual.
   be.set_attn_fwht(true);
@@ -282,7 +243,6 @@ TEST(CudaMergeFwht, BackendModesMatchBitwise) {
   be.matmul(wo, attr, mix, 1);
   expect_ref(ref, "held-back merge, att read first, then the site");
   for (float* p : {qf, k, v, kc, vc, signs, q, qgate, att, attr, mix}) be.release(p);
-  for (auto& wp : weights) be.unprepare(*wp);
 }
 
 TEST(CudaMergeFwht, KnobValuesAreChecked) {

@@ -256,33 +256,11 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
   const int taps = 4;
   const int64_t C = 2 * gs.n_k * gs.d_k + static_cast<int64_t>(gs.n_v) * gs.d_v, DV = gs.n_v * gs.d_v;
   const int H = 8, HKV = 2, D = 128, pos0 = 9;
-  std::vector<std::vector<uint8_t>> raws;
-  std::vector<std::vector<float>> vecs;
-  std::vector<std::unique_ptr<Weight>> weights;
-  auto weight = [&](DType type, int64_t rows, int64_t cols, const uint8_t* data, size_t bytes) -> Weight& {
-    weights.push_back(std::make_unique<Weight>());
-    Weight& w = *weights.back();
-    w.name = "qkv split test weight";
-    w.type = type;
-    w.n = rows;
-    w.k = cols;
-    w.data = data;
-    w.nbytes = bytes;
-    be.prepare(w);
-    return w;
-  };
-  auto ternary = [&](int64_t rows, uint32_t seed) -> Weight& {
-    raws.push_back(random_rows(DType::PQ2_0, rows, E, seed));
-    return weight(DType::PQ2_0, rows, E, raws.back().data(), raws.back().size());
-  };
-  auto f32 = [&](std::vector<float> v, int64_t rows, int64_t cols) -> Weight& {
-    vecs.push_back(std::move(v));
-    return weight(DType::F32, rows, cols, reinterpret_cast<const uint8_t*>(vecs.back().data()),
-                  vecs.back().size() * 4);
-  };
+  WeightPool pool(be, "qkv split test weight");
+  auto ternary = [&](int64_t rows, uint32_t seed) -> Weight& { return pool.ternary(rows, E, seed); };
   auto bf16 = [&](int64_t rows, uint32_t seed) -> Weight& {
-    raws.push_back(bf16_rows(rows, E, seed, 0.5f * std::sqrt(320.0f / static_cast<float>(E))));
-    return weight(DType::BF16, rows, E, raws.back().data(), raws.back().size());
+    return pool.bytes(DType::BF16, rows, E,
+                      bf16_rows(rows, E, seed, 0.5f * std::sqrt(320.0f / static_cast<float>(E))));
   };
   Weight &wqkv = ternary(C, 61), &wz = ternary(DV, 62), &wq = ternary(2 * H * D, 63),
          &wk = ternary(HKV * D, 64), &wv = ternary(HKV * D, 65);
@@ -291,9 +269,10 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
   for (auto& v : a_h) v = -std::fabs(v);
   for (auto* vs : {&nw_h, &qn_h, &kn_h})
     for (auto& v : *vs) v += 1.0f;
-  Weight &conv = f32(randn(static_cast<size_t>(taps) * C, 70, 0.5f), C, taps), &ssm_a = f32(a_h, 1, gs.n_v),
-         &dt = f32(randn(gs.n_v, 71), 1, gs.n_v), &norm = f32(nw_h, 1, gs.d_v), &qnorm = f32(qn_h, 1, D),
-         &knorm = f32(kn_h, 1, D), &wa = bf16(gs.n_v, 72), &wb = bf16(gs.n_v, 73);
+  Weight &conv = pool.f32(randn(static_cast<size_t>(taps) * C, 70, 0.5f), C, taps),
+         &ssm_a = pool.f32(a_h, 1, gs.n_v), &dt = pool.f32(randn(gs.n_v, 71), 1, gs.n_v),
+         &norm = pool.f32(nw_h, 1, gs.d_v), &qnorm = pool.f32(qn_h, 1, D), &knorm = pool.f32(kn_h, 1, D),
+         &wa = bf16(gs.n_v, 72), &wb = bf16(gs.n_v, 73);
 
   auto put = [&](const std::vector<float>& v) {
     float* p = be.alloc(v.size());
@@ -406,30 +385,10 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
     reset();
     body();
     const auto ref = read();
-    const int32_t tok = 0;
     for (const int defer : {0, 1, 2, 3}) {
       be.set_qkv_defer(defer);
-      const std::string what = "t " + std::to_string(t) + " defer " + std::to_string(defer);
-      reset();
-      body();
-      expect_ref(ref, what + " eager");
-      if (t != 1) continue;
-      reset();
-      if (!be.begin_capture(&tok, 1, pos0)) {  // the first step runs eagerly
-        body();
-        expect_ref(ref, what + " warm-up step");
-        reset();
-        ASSERT_TRUE(be.begin_capture(&tok, 1, pos0));
-      }
-      body();
-      be.end_capture();  // runs the recorded step once
-      expect_ref(ref, what + " recorded");
-      for (int r = 0; r < 2; ++r) {
-        reset();
-        ASSERT_TRUE(be.replay_step(&tok, 1, pos0));
-        expect_ref(ref, what + " replay " + std::to_string(r));
-      }
-      be.drop_capture();
+      run_step_modes(be, pos0, t == 1, "t " + std::to_string(t) + " defer " + std::to_string(defer), reset,
+                     body, [&](const std::string& w) { expect_ref(ref, w); });
     }
     // Held back under set_qkv_defer(3), then read by another op first: launched with its own
     // fix-up, every output the reference's.
@@ -452,7 +411,6 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
                      "t " + std::to_string(t) + " held-back q/k/v, qf read first");
   }
   for (float* p : {xr, xn, conv_state, state, kc, vc, qkv, z, scr, qf, k, v, q, qgate, att}) be.release(p);
-  for (auto& wp : weights) be.unprepare(*wp);
 }
 
 TEST(CudaQkvSplit, KnobValuesAreChecked) {
