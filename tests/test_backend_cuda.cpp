@@ -729,8 +729,11 @@ TEST(CudaBench, MatvecBandwidthAt27bShapes) {
   struct Shape {
     int64_t k, n;
   };
+  // The unfused projections, then the launches a decode step runs (fused: GDN qkv + z, attention
+  // q + k + v, FFN gate + up; out-projection 6144 x 5120 and FFN down 17408 x 5120 above).
   const Shape shapes[] = {{5120, 10240}, {5120, 6144},   {5120, 12288}, {5120, 1024},
-                          {5120, 17408}, {5120, 248320}, {6144, 5120},  {17408, 5120}};
+                          {5120, 17408}, {5120, 248320}, {6144, 5120},  {17408, 5120},
+                          {5120, 16384}, {5120, 14336},  {5120, 34816}};
   std::printf("| K | N | MB | us | GB/s | of copy |\n|---|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {
     // Random PQ2_0 bytes (codes 0..3, scale 1/64): the kernel's speed does not depend on the values.
