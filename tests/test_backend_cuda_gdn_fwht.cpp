@@ -9,7 +9,9 @@
 //     eagerly (the counters must wrap back to zero), then recorded as a decode step and replayed:
 //     the rotated output, the matvec that reads its quantization (the out-projection: xq / meta
 //     equal), the gated norm's output, the state and the conv state.
-//   CudaGdnFwht.KnobValuesAreChecked: BONSAI_CUDA_GDN_FWHT takes 0 or 1 only.
+//     Both hand-offs of the fold (BONSAI_CUDA_GDN_FWHT_POLL=1: polled words, =0: the counted last CTA).
+//   CudaGdnFwht.KnobValuesAreChecked: BONSAI_CUDA_GDN_FWHT, _FWHT_POLL and BONSAI_CUDA_GDN_EARLY take 0 or
+//     1 only.
 // Needs a device with sm_90 code (Hopper); skips with the reason otherwise.
 #include <gtest/gtest.h>
 
@@ -44,13 +46,15 @@ using namespace split_test;  // NOLINT(google-build-using-namespace): the shared
 
 // Sets the knobs for one scope (the backend reads them when it is made).
 struct FwhtKnobs {
-  FwhtKnobs(const char* fwht, const char* cluster) {
+  FwhtKnobs(const char* fwht, const char* cluster, const char* poll = "1") {
     setenv("BONSAI_CUDA_GDN_FWHT", fwht, 1);
     setenv("BONSAI_CUDA_GDN_DEC_CLUSTER", cluster, 1);
+    setenv("BONSAI_CUDA_GDN_FWHT_POLL", poll, 1);
   }
   ~FwhtKnobs() {
     unsetenv("BONSAI_CUDA_GDN_FWHT");
     unsetenv("BONSAI_CUDA_GDN_DEC_CLUSTER");
+    unsetenv("BONSAI_CUDA_GDN_FWHT_POLL");
   }
 };
 
@@ -218,22 +222,27 @@ TEST(CudaGdnFwht, FoldedSiteMatchesSeparateLaunchBitwise) {
         EXPECT_EQ(cuda::gdn_decode_folds(f, cuda::gdn_decode_config(), static_cast<int>(cs.block)), want)
             << what;
       }
-      std::vector<Outputs> ref, got;
+      std::vector<Outputs> ref;
       {
         const FwhtKnobs knobs("0", cluster);
         ref = run_case(cs, false);
       }
-      {
-        const FwhtKnobs knobs("1", cluster);
-        got = run_case(cs, true);
+      // both hand-offs of the fold: polled words (the default; the poll words must be left empty
+      // for the next step, so three eager steps and the replays) and the counted last CTA
+      for (const char* poll : {"1", "0"}) {
+        std::vector<Outputs> got;
+        {
+          const FwhtKnobs knobs("1", cluster, poll);
+          got = run_case(cs, true);
+        }
+        const char* names[] = {"rotated", "out-projection", "gated norm output", "state", "conv state"};
+        ASSERT_EQ(got.size(), 6u) << what;
+        for (size_t r = 0; r < got.size(); ++r)
+          for (size_t i = 0; i < ref[r % 3].size(); ++i)
+            expect_same_bits(ref[r % 3][i].data(), got[r][i].data(), ref[r % 3][i].size() * 4,
+                             what + " poll " + poll + (r < 3 ? " eager step " : " recorded step ") +
+                                 std::to_string(r % 3) + " " + names[i]);
       }
-      const char* names[] = {"rotated", "out-projection", "gated norm output", "state", "conv state"};
-      ASSERT_EQ(got.size(), 6u) << what;
-      for (size_t r = 0; r < got.size(); ++r)
-        for (size_t i = 0; i < ref[r % 3].size(); ++i)
-          expect_same_bits(
-              ref[r % 3][i].data(), got[r][i].data(), ref[r % 3][i].size() * 4,
-              what + (r < 3 ? " eager step " : " recorded step ") + std::to_string(r % 3) + " " + names[i]);
     }
 }
 
@@ -243,6 +252,15 @@ TEST(CudaGdnFwht, KnobValuesAreChecked) {
   for (const char* bad : {"2", "x", "10"}) {
     const FwhtKnobs knobs(bad, "2");
     EXPECT_THROW(CudaBackend be(0), Error) << bad;
+  }
+  for (const char* bad : {"2", "x", "10"}) {
+    const FwhtKnobs knobs("1", "2", bad);
+    EXPECT_THROW(CudaBackend be(0), Error) << "poll " << bad;
+  }
+  for (const char* bad : {"2", "x"}) {
+    setenv("BONSAI_CUDA_GDN_EARLY", bad, 1);
+    EXPECT_THROW(CudaBackend be(0), Error) << "early " << bad;
+    unsetenv("BONSAI_CUDA_GDN_EARLY");
   }
 }
 

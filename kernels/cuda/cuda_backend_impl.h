@@ -225,6 +225,7 @@ struct CudaBackend::Impl {
   Growable mv_slots;
   int* step_dev = nullptr;  // {pos0, token}: what a recorded step reads
   Growable gdn_counters;    // last-block hand-off of the GDN site's conv state (kept zero)
+  Growable gdn_poll;        // the GDN fold's polled hand-off (every word 0xFFFFFFFF between launches)
   Growable gdn_scratch;     // the prefill walk's per-chunk products (cuda::gdn_walk_scratch_bytes)
   PinnedPtr step_host;
   DevicePtr step_mem;

@@ -276,7 +276,7 @@ bool CudaBackend::gdn_site_run(const GdnSite& a, int t) {
   f.out = a.out;
   f.transpose = a.grouped;
   gdn_shape(f, s, t);
-  f.state_early = m.step_recording;
+  f.state_early = m.step_recording && m.gdn_dec.early;  // BONSAI_CUDA_GDN_EARLY
   f.state_stream = m.gdn_stream;
   const bool decode = m.gdn_dec.on && cuda::gdn_decode_fits(f);  // t = 1 over clusters (gdn_decode.h)
   // qkv and z the held-back qkv+z launch's two outputs: launched with its split sums left to the
@@ -307,6 +307,14 @@ bool CudaBackend::gdn_site_run(const GdnSite& a, int t) {
     fw.meta = m.meta.as<float4>();
     fw.counters = reinterpret_cast<unsigned*>(counters + s.n_k);
     fw.block = static_cast<int>(a.block);
+    if (m.gdn_dec.fwht_poll) {  // the polled hand-off's words: all 0xFFFFFFFF, left so by the kernel
+      if (static_cast<size_t>(width) * sizeof(float) > m.gdn_poll.bytes) {
+        m.grow(m.gdn_poll, static_cast<size_t>(width) * sizeof(float), "GDN fold poll words");
+        check(cudaMemsetAsync(m.gdn_poll.mem.get(), 0xff, m.gdn_poll.bytes, m.stream), "cudaMemsetAsync");
+      }
+      fw.poll = m.gdn_poll.as<float>();
+      fw.sm_count = m.prop.multiProcessorCount;
+    }
   }
   bool folded = false;
   if (decode)

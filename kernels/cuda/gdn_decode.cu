@@ -69,6 +69,30 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
   return fmaf(x.w, w.w, fmaf(x.z, w.z, fmaf(x.y, w.y, fmaf(x.x, w.x, acc))));
 }
 
+// The polled hand-off's empty word (GdnDecodeFwht.poll): a NaN that FMUL never returns (sm_70+
+// arithmetic gives the canonical NaN 0x7FFFFFFF), as the matvec's kSlotEmpty.
+constexpr uint32_t kPollEmpty = 0xFFFFFFFFu;
+__device__ __forceinline__ void st_relaxed(float* p, float v) {
+  asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed4(float* p, float4 v) {
+  asm volatile("st.relaxed.gpu.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float4 ld_relaxed4(const float* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ bool poll_empty(float4 v) {
+  return __float_as_uint(v.x) == kPollEmpty || __float_as_uint(v.y) == kPollEmpty ||
+         __float_as_uint(v.z) == kPollEmpty || __float_as_uint(v.w) == kPollEmpty;
+}
+
 // The folded Hadamard site's FWHT: site_fwht.cuh's fwht_regs (what hadamard_kernel runs at blockDim ==
 // block / 4) with threads at or past block / 4 inactive: the same additions, the same floats.
 
@@ -97,7 +121,14 @@ __device__ __forceinline__ float dot4(float4 x, float4 w, float acc) {
 // for the next step); the last of the block's f.ctas CTAs reads the block's outputs from L2 and
 // runs hadamard_kernel's register path on them (signs, fwht_regs, 1/√block, quantize_block):
 // the same floats. So that the release waits for the outputs' stores alone, the state's stores
-// (and the conv state's) go after the count.
+// (and the conv state's) go after the count. With f.poll (the default where the grid fits the
+// device at once, BONSAI_CUDA_GDN_FWHT_POLL) the hand-off is polled instead: every CTA also
+// stores its outputs into f.poll (relaxed; each word its own flag, 0xFFFFFFFF empty) and goes
+// on to the state's stores; the CTA holding the block's first columns loads the block's words
+// (one float4 per thread), reloads until none is empty and empties them again. The chain after
+// the gated norm loses the release's wait for the stores, the atomic's round trip, the two CTA
+// barriers around it and the second read of the outputs: the first poll load that sees the
+// last store has the data. The same floats as the counted hand-off.
 template <int kC, bool kSplit, bool kWeak, bool kFold>
 __global__ void __launch_bounds__(512 / kC)
     gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int count_early, SplitSums qkv_s,
@@ -420,10 +451,28 @@ __global__ void __launch_bounds__(512 / kC)
 #endif
   }
   const float scale = 1.0f / sqrtf(ss_o / static_cast<float>(d_v) + p.norm_eps);
-  if (rgi == 0) p.out[static_cast<int64_t>(out_head) * d_v + col] = o * scale * norm_w * silu(z);
+  const float out_v = o * scale * norm_w * silu(z);  // an FMUL: a NaN is the canonical one
+  if (rgi == 0) p.out[static_cast<int64_t>(out_head) * d_v + col] = out_v;
   bool f_last = false;
   float4 f_v = make_float4(0, 0, 0, 0);
-  if constexpr (kFold) {
+  if (kFold && f.poll) {
+    // The polled hand-off (GdnDecodeFwht.poll): each word is written once per launch, by one
+    // thread, and is its own flag, so single-location coherence of the relaxed (.gpu) accesses
+    // is all the reader needs (the argument of the matvec's flag-free fix-up, matvec_common.cuh,
+    // finish_pair): a load that returns a value other than kPollEmpty returns the writer's store,
+    // and the reset, after that load in program order, leaves the word empty. The next launch's
+    // writers store only after their griddepcontrol.wait, i.e. after this grid has completed.
+    if (rgi == 0) st_relaxed(f.poll + static_cast<int64_t>(out_head) * d_v + col, out_v);
+    f_last = out_head * d_v + rank * W * CW == fb0;  // CTA-uniform: the block's first columns
+    float* fw = f.poll + fb0 + fi;
+    if (f_last && f_active) f_v = ld_relaxed4(fw);  // its first round trip under the stores below
+    store_state();
+    if (f_last && f_active) {
+      while (poll_empty(f_v)) f_v = ld_relaxed4(fw);
+      const float e = __uint_as_float(kPollEmpty);
+      st_relaxed4(fw, make_float4(e, e, e, e));
+    }
+  } else if constexpr (kFold) {
     __shared__ unsigned f_count;
     __syncthreads();  // the CTA's output stores before thread 0's release
     if (threadIdx.x == 0) {
@@ -505,6 +554,8 @@ GdnDecodeConfig gdn_decode_config() {
   c.count_early = knob("BONSAI_CUDA_GDN_DEC_COUNT", "01", kGdnDecCountEarly ? '1' : '0') == '1';
   c.split_weak = knob("BONSAI_CUDA_QKV_LOAD", "01", kSplitWeakLoads ? '1' : '0') == '1';
   c.fwht = knob("BONSAI_CUDA_GDN_FWHT", "01", kGdnDecFwht ? '1' : '0') == '1';
+  c.fwht_poll = knob("BONSAI_CUDA_GDN_FWHT_POLL", "01", kGdnDecFwhtPoll ? '1' : '0') == '1';
+  c.early = knob("BONSAI_CUDA_GDN_EARLY", "01", '1') == '1';
   return c;
 }
 
@@ -550,7 +601,8 @@ bool gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, con
   const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
   const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0, ce = c.count_early ? 1 : 0;
   const SplitSums sq = split ? split[0] : SplitSums{}, sz = split ? split[1] : SplitSums{};
-  const GdnDecodeFwht f = fold ? *fwht : GdnDecodeFwht{};
+  GdnDecodeFwht f = fold ? *fwht : GdnDecodeFwht{};
+  if (!c.fwht_poll || static_cast<int>(grid) > f.sm_count) f.poll = nullptr;  // the counted hand-off
   const int fold_ctas = fold ? fblock / p.d_v * C : 0;
   // <C, split, weak loads, fold> (split::sum_slots); without split the third parameter is unused
   auto pick = [&](auto k1, auto k1w, auto k0, auto k0f) {

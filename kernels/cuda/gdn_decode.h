@@ -25,7 +25,12 @@ namespace bonsai::cuda {
 //   prep's): the slots read with plain loads (1) or ld.global.cg (0; split::sum_slots);
 //   BONSAI_CUDA_GDN_FWHT=0|1 (default kGdnDecFwht): 1 = the out-projection's input site (sign,
 //   FWHT, quantization: CudaBackend::hadamard) folded into the step where gdn_decode takes it
-//   (GdnDecodeFwht below), 0 = its own launch after the step.
+//   (GdnDecodeFwht below), 0 = its own launch after the step;
+//   BONSAI_CUDA_GDN_FWHT_POLL=0|1 (default kGdnDecFwhtPoll; with the fold): 1 = the Hadamard block's
+//   outputs handed to a fixed CTA of the block through words that are their own flags (polled),
+//   0 = counted on an atomic, the last CTA to count running the site (GdnDecodeFwht.poll);
+//   BONSAI_CUDA_GDN_EARLY=0|1 (default 1): 1 = in a recorded step the states loaded before the
+//   grid-dependency wait (GdnFused.state_early), 0 = after it.
 // Any other value is an error naming the variable.
 inline constexpr int kGdnDecCluster = 2;
 inline constexpr bool kGdnDecAbEarly = true;
@@ -33,6 +38,7 @@ inline constexpr bool kGdnDecMembarFree = false;
 inline constexpr bool kGdnDecCountEarly = true;
 inline constexpr bool kSplitWeakLoads = true;
 inline constexpr bool kGdnDecFwht = true;
+inline constexpr bool kGdnDecFwhtPoll = true;
 struct GdnDecodeConfig {
   bool on = true;
   int cluster = kGdnDecCluster;
@@ -41,6 +47,8 @@ struct GdnDecodeConfig {
   bool count_early = kGdnDecCountEarly;
   bool split_weak = kSplitWeakLoads;
   bool fwht = kGdnDecFwht;
+  bool fwht_poll = kGdnDecFwhtPoll;
+  bool early = true;
 };
 GdnDecodeConfig gdn_decode_config();
 
@@ -68,6 +76,14 @@ struct GdnDecodeFwht {
   float4* meta = nullptr;
   unsigned* counters = nullptr;  // [(n_v·d_v) / block] zero, left zero
   int block = 0;
+  // The polled hand-off (optional): [n_v·d_v] words, every one 0xFFFFFFFF (a NaN no arithmetic
+  // returns) before the launch and left so. Each CTA stores its outputs there too (relaxed); the
+  // CTA holding the block's first columns polls the block's words until none is empty, empties
+  // them again and runs the site: no counter, no release, no second read. Taken only where the
+  // launch's CTAs fit on the device at once (grid <= sm_count: the polling CTA waits for the
+  // others), else the counted hand-off.
+  float* poll = nullptr;
+  int sm_count = 0;
 };
 // Whether gdn_decode(p, c, s, nullptr, fwht) folds a Hadamard site of `block` columns.
 bool gdn_decode_folds(const GdnFused& p, const GdnDecodeConfig& c, int block);
