@@ -9,9 +9,11 @@
 //     eagerly (the counters must wrap back to zero), then recorded as a decode step and replayed:
 //     the rotated output, the matvec that reads its quantization (the out-projection: xq / meta
 //     equal), the gated norm's output, the state and the conv state.
-//     Both hand-offs of the fold (BONSAI_CUDA_GDN_FWHT_POLL=1: polled words, =0: the counted last CTA).
-//   CudaGdnFwht.KnobValuesAreChecked: BONSAI_CUDA_GDN_FWHT, _FWHT_POLL and BONSAI_CUDA_GDN_EARLY take 0 or
-//     1 only.
+//     Both hand-offs of the fold (BONSAI_CUDA_GDN_FWHT_POLL=1: polled words, =0: the counted last CTA)
+//     and both forms of the gated norm's cluster exchange (BONSAI_CUDA_GDN_DEC_PUSH=1: pushed partial
+//     sums, =0: a cluster barrier and remote reads; the reference runs 0).
+//   CudaGdnFwht.KnobValuesAreChecked: BONSAI_CUDA_GDN_FWHT, _FWHT_POLL, _DEC_PUSH and BONSAI_CUDA_GDN_EARLY
+//     take 0 or 1 only.
 // Needs a device with sm_90 code (Hopper); skips with the reason otherwise.
 #include <gtest/gtest.h>
 
@@ -46,15 +48,17 @@ using namespace split_test;  // NOLINT(google-build-using-namespace): the shared
 
 // Sets the knobs for one scope (the backend reads them when it is made).
 struct FwhtKnobs {
-  FwhtKnobs(const char* fwht, const char* cluster, const char* poll = "1") {
+  FwhtKnobs(const char* fwht, const char* cluster, const char* poll = "1", const char* push = "1") {
     setenv("BONSAI_CUDA_GDN_FWHT", fwht, 1);
     setenv("BONSAI_CUDA_GDN_DEC_CLUSTER", cluster, 1);
     setenv("BONSAI_CUDA_GDN_FWHT_POLL", poll, 1);
+    setenv("BONSAI_CUDA_GDN_DEC_PUSH", push, 1);
   }
   ~FwhtKnobs() {
     unsetenv("BONSAI_CUDA_GDN_FWHT");
     unsetenv("BONSAI_CUDA_GDN_DEC_CLUSTER");
     unsetenv("BONSAI_CUDA_GDN_FWHT_POLL");
+    unsetenv("BONSAI_CUDA_GDN_DEC_PUSH");
   }
 };
 
@@ -224,15 +228,17 @@ TEST(CudaGdnFwht, FoldedSiteMatchesSeparateLaunchBitwise) {
       }
       std::vector<Outputs> ref;
       {
-        const FwhtKnobs knobs("0", cluster);
+        const FwhtKnobs knobs("0", cluster, "0", "0");  // the norm's cluster barrier
         ref = run_case(cs, false);
       }
       // both hand-offs of the fold: polled words (the default; the poll words must be left empty
-      // for the next step, so three eager steps and the replays) and the counted last CTA
-      for (const char* poll : {"1", "0"}) {
+      // for the next step, so three eager steps and the replays) and the counted last CTA; and
+      // the gated norm's partial sums pushed (the default) or read after a cluster barrier
+      const std::pair<const char*, const char*> forms[] = {{"1", "1"}, {"0", "1"}, {"1", "0"}};
+      for (const auto& [poll, push] : forms) {
         std::vector<Outputs> got;
         {
-          const FwhtKnobs knobs("1", cluster, poll);
+          const FwhtKnobs knobs("1", cluster, poll, push);
           got = run_case(cs, true);
         }
         const char* names[] = {"rotated", "out-projection", "gated norm output", "state", "conv state"};
@@ -240,8 +246,9 @@ TEST(CudaGdnFwht, FoldedSiteMatchesSeparateLaunchBitwise) {
         for (size_t r = 0; r < got.size(); ++r)
           for (size_t i = 0; i < ref[r % 3].size(); ++i)
             expect_same_bits(ref[r % 3][i].data(), got[r][i].data(), ref[r % 3][i].size() * 4,
-                             what + " poll " + poll + (r < 3 ? " eager step " : " recorded step ") +
-                                 std::to_string(r % 3) + " " + names[i]);
+                             what + " poll " + poll + " push " + push +
+                                 (r < 3 ? " eager step " : " recorded step ") + std::to_string(r % 3) + " " +
+                                 names[i]);
       }
     }
 }
@@ -257,11 +264,12 @@ TEST(CudaGdnFwht, KnobValuesAreChecked) {
     const FwhtKnobs knobs("1", "2", bad);
     EXPECT_THROW(CudaBackend be(0), Error) << "poll " << bad;
   }
-  for (const char* bad : {"2", "x"}) {
-    setenv("BONSAI_CUDA_GDN_EARLY", bad, 1);
-    EXPECT_THROW(CudaBackend be(0), Error) << "early " << bad;
-    unsetenv("BONSAI_CUDA_GDN_EARLY");
-  }
+  for (const char* knob : {"BONSAI_CUDA_GDN_EARLY", "BONSAI_CUDA_GDN_DEC_PUSH"})
+    for (const char* bad : {"2", "x"}) {
+      setenv(knob, bad, 1);
+      EXPECT_THROW(CudaBackend be(0), Error) << knob << "=" << bad;
+      unsetenv(knob);
+    }
 }
 
 }  // namespace

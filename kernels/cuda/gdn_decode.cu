@@ -93,6 +93,19 @@ __device__ __forceinline__ bool poll_empty(float4 v) {
          __float_as_uint(v.z) == kPollEmpty || __float_as_uint(v.w) == kPollEmpty;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// site_fwht.cuh's push4 for one float: v into CTA `rank`'s word at this CTA's shared address
+// `local`, counted on that CTA's mbarrier at `bar`.
+__device__ __forceinline__ void push1(uint32_t local, uint32_t bar, int rank, float v) {
+  uint32_t dst, rbar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(local), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(bar), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst),
+               "r"(__float_as_uint(v)), "r"(rbar)
+               : "memory");
+}
+#endif
+
 // The folded Hadamard site's FWHT: site_fwht.cuh's fwht_regs (what hadamard_kernel runs at blockDim ==
 // block / 4) with threads at or past block / 4 inactive: the same additions, the same floats.
 
@@ -131,7 +144,7 @@ __device__ __forceinline__ bool poll_empty(float4 v) {
 // last store has the data. The same floats as the counted hand-off.
 template <int kC, bool kSplit, bool kWeak, bool kFold>
 __global__ void __launch_bounds__(512 / kC)
-    gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int count_early, SplitSums qkv_s,
+    gdn_decode_kernel(GdnFused p, int ab_early, int membar_free, int push, int count_early, SplitSums qkv_s,
                       SplitSums z_s, GdnDecodeFwht f, int fold_ctas) {
   // [W][2][R·kPad] per-warp qn | kn (row 32·g + j at kPad·g + j); [2·d_k] the q/k conv windows
   // Σ_{j < taps-1} w_j·prev_j (q channels, then k); [2·d_k] their last taps; [taps-2][2·d_k]
@@ -140,6 +153,19 @@ __global__ void __launch_bounds__(512 / kC)
   __shared__ float2 ab_part[kMaxWarps];
   __shared__ float norm_part[kMaxWarps];
   pdl_trigger();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // push (kC > 1): the gated norm's partial sums pushed to the other CTAs of the cluster
+  // (site_fwht.cuh's one-way exchange): norm_all[r·W + w] = CTA r's warp w's, counted on nbar
+  __shared__ float norm_all[kMaxWarps];
+  __shared__ __align__(8) uint64_t nbar;
+  [[maybe_unused]] const uint32_t nbar_a = static_cast<uint32_t>(__cvta_generic_to_shared(&nbar));
+  if (kC > 1 && push) {
+    if (threadIdx.x == 0) push_init(nbar_a, (kC - 1) * (blockDim.x >> 5) * 4);
+    // published to the cluster (own shared memory only: no PDL hazard before the wait; nothing
+    // outstanding yet for the release to wait for); the matching wait precedes the first push
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  }
+#endif
   constexpr int kAb = 3 * kC;  // float4 groups of the alpha/beta rows per thread and pass: 5120 at 27B
   const int d_k = p.d_k, d_v = p.d_v, R = d_k >> 5, CW = 32 / R, taps = p.taps;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5, T = blockDim.x;
@@ -410,7 +436,7 @@ __global__ void __launch_bounds__(512 / kC)
       for (int j = 0; j < 32; ++j) S[static_cast<int64_t>(j) * d_v] = s[j];
     }
   };
-  if (!kFold && (kC == 1 || !membar_free)) store_state();
+  if (!kFold && (kC == 1 || push || !membar_free)) store_state();
 
   // ---- gated RMSNorm over the head's d_v outputs ----
   float oo = o * o;
@@ -420,6 +446,28 @@ __global__ void __launch_bounds__(512 / kC)
   if constexpr (kC == 1) {
     __syncthreads();
     for (int w = 0; w < W; ++w) ss_o += norm_part[w];
+  } else if (push) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Each warp's partial sum pushed into the other CTAs' norm_all (st.async, counted on their
+    // nbar) and stored into this CTA's own: no cluster barrier (its release arrive is a
+    // MEMBAR.ALL.GPU), no remote loads' round trip, no done-reading barrier before the exit (a
+    // CTA reads only its own shared memory, after every push into it has landed). The same
+    // additions in the same order (rank, then warp) as the barrier's form below: the same floats.
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // every nbar is initialised
+    if (lane == 0) {
+      norm_all[rank * W + warp] = oo;
+      const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(&norm_all[rank * W + warp]));
+#pragma unroll
+      for (int r = 0; r < kC; ++r)
+        if (r != rank) push1(src, nbar_a, r, oo);
+    }
+    __syncthreads();    // this CTA's own partial sums
+    push_wait(nbar_a);  // the other CTAs' have landed here
+    for (int r = 0; r < kC; ++r)
+      for (int w = 0; w < W; ++w) ss_o += norm_all[r * W + w];
+#else
+    __trap();  // launched only on compute capability 9.x (gdn_decode)
+#endif
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
@@ -530,7 +578,7 @@ __global__ void __launch_bounds__(512 / kC)
   }
   if constexpr (kC > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (!push) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
   }
 }
@@ -556,6 +604,7 @@ GdnDecodeConfig gdn_decode_config() {
   c.fwht = knob("BONSAI_CUDA_GDN_FWHT", "01", kGdnDecFwht ? '1' : '0') == '1';
   c.fwht_poll = knob("BONSAI_CUDA_GDN_FWHT_POLL", "01", kGdnDecFwhtPoll ? '1' : '0') == '1';
   c.early = knob("BONSAI_CUDA_GDN_EARLY", "01", '1') == '1';
+  c.push = knob("BONSAI_CUDA_GDN_DEC_PUSH", "01", kGdnDecPush ? '1' : '0') == '1';
   return c;
 }
 
@@ -599,7 +648,8 @@ bool gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, con
   const size_t smem =
       (static_cast<size_t>(W) * 2 * kPad * R + 2 * p.d_k * kTaps + (fold ? 2 * fblock : 0)) * sizeof(float);
   const unsigned grid = static_cast<unsigned>(p.n_v * C), block = static_cast<unsigned>(32 * W);
-  const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0, ce = c.count_early ? 1 : 0;
+  const int ab = c.ab_early ? 1 : 0, mb = c.membar_free ? 1 : 0, ce = c.count_early ? 1 : 0,
+            pu = c.push && C > 1 ? 1 : 0;
   const SplitSums sq = split ? split[0] : SplitSums{}, sz = split ? split[1] : SplitSums{};
   GdnDecodeFwht f = fold ? *fwht : GdnDecodeFwht{};
   if (!c.fwht_poll || static_cast<int>(grid) > f.sm_count) f.poll = nullptr;  // the counted hand-off
@@ -612,17 +662,17 @@ bool gdn_decode(const GdnFused& p, const GdnDecodeConfig& c, cudaStream_t s, con
   if (C == 1)
     launch(pick(gdn_decode_kernel<1, true, false, false>, gdn_decode_kernel<1, true, true, false>,
                 gdn_decode_kernel<1, false, false, false>, gdn_decode_kernel<1, false, false, true>),
-           grid, block, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
+           grid, block, smem, s, p, ab, mb, pu, ce, sq, sz, f, fold_ctas);
   else if (C == 2)
     e = launch_cluster(
         pick(gdn_decode_kernel<2, true, false, false>, gdn_decode_kernel<2, true, true, false>,
              gdn_decode_kernel<2, false, false, false>, gdn_decode_kernel<2, false, false, true>),
-        grid, block, 2, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
+        grid, block, 2, smem, s, p, ab, mb, pu, ce, sq, sz, f, fold_ctas);
   else
     e = launch_cluster(
         pick(gdn_decode_kernel<4, true, false, false>, gdn_decode_kernel<4, true, true, false>,
              gdn_decode_kernel<4, false, false, false>, gdn_decode_kernel<4, false, false, false>),
-        grid, block, 4, smem, s, p, ab, mb, ce, sq, sz, f, fold_ctas);
+        grid, block, 4, smem, s, p, ab, mb, pu, ce, sq, sz, f, fold_ctas);
   if (e != cudaSuccess) fail("cuda: gdn_decode over clusters of {}: {}", C, cudaGetErrorString(e));
   return fold;
 }

@@ -30,7 +30,10 @@ namespace bonsai::cuda {
 //   outputs handed to a fixed CTA of the block through words that are their own flags (polled),
 //   0 = counted on an atomic, the last CTA to count running the site (GdnDecodeFwht.poll);
 //   BONSAI_CUDA_GDN_EARLY=0|1 (default 1): 1 = in a recorded step the states loaded before the
-//   grid-dependency wait (GdnFused.state_early), 0 = after it.
+//   grid-dependency wait (GdnFused.state_early), 0 = after it;
+//   BONSAI_CUDA_GDN_DEC_PUSH=0|1 (default kGdnDecPush; at clusters of 2 or 4): 1 = the gated norm's
+//   partial sums pushed to the cluster's other CTAs (st.async on an mbarrier), 0 = read from
+//   theirs after a cluster barrier; the same results.
 // Any other value is an error naming the variable.
 inline constexpr int kGdnDecCluster = 2;
 inline constexpr bool kGdnDecAbEarly = true;
@@ -39,6 +42,7 @@ inline constexpr bool kGdnDecCountEarly = true;
 inline constexpr bool kSplitWeakLoads = true;
 inline constexpr bool kGdnDecFwht = true;
 inline constexpr bool kGdnDecFwhtPoll = true;
+inline constexpr bool kGdnDecPush = true;
 struct GdnDecodeConfig {
   bool on = true;
   int cluster = kGdnDecCluster;
@@ -49,6 +53,7 @@ struct GdnDecodeConfig {
   bool fwht = kGdnDecFwht;
   bool fwht_poll = kGdnDecFwhtPoll;
   bool early = true;
+  bool push = kGdnDecPush;
 };
 GdnDecodeConfig gdn_decode_config();
 
