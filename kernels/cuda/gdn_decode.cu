@@ -16,12 +16,14 @@
 //   - the dot products use the state before the decay: s'·k = decay·(s·k), s'·q = decay·(s·q),
 //     so they need neither the gates nor each other; the alpha/beta rows (every CTA computes the
 //     whole two dot products over ab_k, its first weights loaded before the wait) meet them at
-//     the second block barrier; the gated norm's Σ o² is the third (a cluster barrier when C > 1,
-//     the per-warp partial sums read through distributed shared memory in rank order, so every
-//     CTA forms the same sum);
-//   - the state is stored right after its update, before the norm's barrier. (Measured after
-//     the fact: cg's cluster.sync() arrives with release semantics, a MEMBAR.ALL.GPU that waits
-//     for those 32 stores per thread first: docs/performance.md, "Session 8: GDN decode step".)
+//     the second block barrier; the gated norm's Σ o² is the third (when C > 1 the per-warp
+//     partial sums pushed into every CTA of the cluster by st.async on an mbarrier, or with
+//     BONSAI_CUDA_GDN_DEC_PUSH=0 read through distributed shared memory after a cluster barrier;
+//     added in rank order either way, so every CTA forms the same sum);
+//   - the state is stored right after its update, before the norm's exchange (without the fold).
+//     (Measured after the fact: cg's cluster.sync() arrives with release semantics, a
+//     MEMBAR.ALL.GPU that waits for those 32 stores per thread first: docs/performance.md,
+//     "Session 8: GDN decode step"; the pushed exchange has no release.)
 // H200, 27B: 14.8 -> 11.3 us per launch (ncu, serialized), tg128 +3.9 %.
 // With the qkv+z matvec deferred (split, CudaBackend's BONSAI_CUDA_QKV_DEFER) the step adds
 // qkv's and z's split sums itself: each CTA sums a q/k channel once (thread e), not once per warp.
