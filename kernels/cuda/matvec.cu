@@ -412,11 +412,17 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 // matvec_select.cpp): BONSAI_CUDA_MV_RING (1..8, default 3: tg128 +2.3 % over 4 on the H200,
 // docs/performance.md "Session 9: decode timeline") unit slots per warp (the ws kernel takes
 // fewer where its shared memory would not fit, at least 2);
-// BONSAI_CUDA_MV_MIN (default 1) the fewest units per warp (fewer, longer ranges: fewer
-// split fix-ups on small matrices); BONSAI_CUDA_MV_BPS (1..2) blocks per SM.
+// BONSAI_CUDA_MV_MIN (default 3 = the ring's depth) the fewest units per warp: a range of up
+// to a ring of units is requested whole before the dependency wait anyway, so the small
+// launches (the 27B's out-projections: 2 units per warp on 240 blocks before) run on fewer
+// blocks and leave SMs free for the site after them (whose cluster then becomes resident
+// early: tg128 +1.55 % on the H200, docs/performance.md "Session 10: matvec plan"); BONSAI_CUDA_MV_BPS (1..2) blocks per SM;
+// BONSAI_CUDA_MV_RESERVE (0..64, default 0) blocks the plan leaves out of its count of
+// SMs x blocks per SM (room for the site kernels resident beside a matvec).
 struct MatvecConfig {
-  int ring = 3, min_units = 1;
+  int ring = 3, min_units = 3;
   int blocks_per_sm = kBlocksPerSm;  // persistent blocks per SM the work is spread over
+  int reserve = 0;                   // blocks of that count left free
 };
 
 int env_int(const char* name, int fallback, int lo, int hi) {
@@ -429,8 +435,9 @@ const MatvecConfig& matvec_config() {
   static const MatvecConfig cfg = [] {
     MatvecConfig c;
     c.ring = env_int("BONSAI_CUDA_MV_RING", 3, 1, kMaxRing);
-    c.min_units = env_int("BONSAI_CUDA_MV_MIN", 1, 1, 1 << 20);
+    c.min_units = env_int("BONSAI_CUDA_MV_MIN", 3, 1, 1 << 20);
     c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
+    c.reserve = env_int("BONSAI_CUDA_MV_RESERVE", 0, 0, 64);
     return c;
   }();
   return cfg;
@@ -447,7 +454,7 @@ StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
   p.pair_start[jobs.count] = p.pairs;
   p.units = p.pairs * kblocks;
   p.unit_start[jobs.count] = p.units;
-  const int warps = sm_count * cfg.blocks_per_sm * kWarps;
+  const int warps = std::max(1, sm_count * cfg.blocks_per_sm - cfg.reserve) * kWarps;
   p.per_warp = std::max(cfg.min_units, (p.units + warps - 1) / warps);
   p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;  // a pair meets at most this many ranges
   p.ring = cfg.ring;
