@@ -415,10 +415,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
 // BONSAI_CUDA_MV_MIN (default 3 = the ring's depth) the fewest units per warp: a range of up
 // to a ring of units is requested whole before the dependency wait anyway, so the small
 // launches (the 27B's out-projections: 2 units per warp on 240 blocks before) run on fewer
-// blocks and leave SMs free for the site after them (whose cluster then becomes resident
-// early: tg128 +1.55 % on the H200, docs/performance.md "Session 10: matvec plan"); BONSAI_CUDA_MV_BPS (1..2) blocks per SM;
-// BONSAI_CUDA_MV_RESERVE (0..64, default 0) blocks the plan leaves out of its count of
-// SMs x blocks per SM (room for the site kernels resident beside a matvec).
+// blocks and leave SMs free for the site after them, whose cluster then becomes resident
+// early (tg128 +1.5 % on the H200: docs/performance.md, "Session 10: matvec plan");
+// BONSAI_CUDA_MV_BPS (1..2) blocks per SM; BONSAI_CUDA_MV_RESERVE (0..64, default 0) blocks
+// the plan leaves out of its count of SMs x blocks per SM (measured slower: same section).
 struct MatvecConfig {
   int ring = 3, min_units = 3;
   int blocks_per_sm = kBlocksPerSm;  // persistent blocks per SM the work is spread over
