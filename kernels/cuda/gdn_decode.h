@@ -70,10 +70,11 @@ bool gdn_decode_fits(const GdnFused& p);
 // and writes the sums back to qkv and z.
 // fwht (optional, without split): also the forward Hadamard site of the output for the
 // out-projection (what cuda::hadamard(p.out, signs, rotated, 1, n_v·d_v, block, false, xq, meta)
-// writes, bit for bit), by the last CTA to finish of each Hadamard block's; returns whether it
-// did (else the caller runs the site). Taken when gdn_decode_folds: the step runs at most 2 CTAs
-// per head and block % 128 == 0, block % d_v == 0, (n_v·d_v) % block == 0, block <= 4·threads
-// per CTA.
+// writes, bit for bit), by one CTA of each Hadamard block: by default (fwht.poll given) the CTA
+// holding the block's first columns, once it has polled every output word of the block; else
+// the last CTA to count itself in. Returns whether it did (else the caller runs the site).
+// Taken when gdn_decode_folds: the step runs at most 2 CTAs per head and block % 128 == 0,
+// block % d_v == 0, (n_v·d_v) % block == 0, block <= 4·threads per CTA.
 struct GdnDecodeFwht {
   const float* signs = nullptr;  // [n_v·d_v] or null (identity)
   float* rotated = nullptr;      // [n_v·d_v] FWHT(signs ⊙ out)/√block
