@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -39,7 +40,7 @@ bool env_flag(const char* name, bool fallback) {
 }  // namespace
 
 // Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
-void CudaBackend::Impl::flush() {
+void CudaBackend::Impl::flush(MvLaunch held, int room) {
   Pending& p = pend;
   if (p.merge) {
     p.merge = false;
@@ -49,7 +50,8 @@ void CudaBackend::Impl::flush() {
   }
   if (p.mv) {
     p.mv = false;
-    matvec(p.mv_jobs, p.mv_groups, p.mv_xq, p.mv_meta, p.mv_t, p.mv_k, cuda::matvec_fixup(), nullptr);
+    matvec(p.mv_jobs, p.mv_groups, p.mv_xq, p.mv_meta, p.mv_t, p.mv_k, cuda::matvec_fixup(), nullptr, held,
+           room);
   }
   if (!p.gates && !p.rec) return;
   const bool fusable = p.rec && p.f.d_k % 32 == 0 && p.f.d_v % 32 == 0 && (p.f.d_k / 32) * p.f.d_v <= 512;
@@ -137,6 +139,26 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       fail("BONSAI_CUDA_SITE_CLUSTER='{}': expected narrow,wide with each 0 .. 4 (e.g. 0,3)", v);
     m.site_cluster[0] = v[0] - '0';
     m.site_cluster[1] = v[2] - '0';
+  }
+  {
+    static constexpr const char* kUnitsVar[Impl::kMvLaunches] = {nullptr,
+                                                                 "BONSAI_CUDA_MV_UNITS_GDN",
+                                                                 "BONSAI_CUDA_MV_UNITS_ATTN",
+                                                                 "BONSAI_CUDA_MV_UNITS_GATEUP",
+                                                                 "BONSAI_CUDA_MV_UNITS_DOWN",
+                                                                 "BONSAI_CUDA_MV_UNITS_OUT",
+                                                                 "BONSAI_CUDA_MV_UNITS_HEAD"};
+    for (int i = 1; i < Impl::kMvLaunches; ++i) {
+      const char* e = std::getenv(kUnitsVar[i]);
+      if (!e || !*e) continue;
+      const std::string_view v(e);
+      int units = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), units);
+      if (ec != std::errc{} || end != v.data() + v.size() || units < 0 || units > 65536)
+        fail("{}='{}': expected 0 (no hint: the global plan) .. 65536 (the fewest units per warp)",
+             kUnitsVar[i], v);
+      m.mv_units[i] = units;
+    }
   }
   cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
   cuda::matvec_ws_variant();
@@ -529,6 +551,7 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
       p.mv_k = k;
       p.mv_xq = m.xq.as<uint8_t>();
       p.mv_meta = m.meta.as<float4>();
+      p.mv_x = x;
     } else {
       m.matvec(tiled, groups, m.xq.as<uint8_t>(), m.meta.as<float4>(), t, k, cuda::matvec_fixup(), nullptr);
     }
@@ -565,10 +588,11 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> ws, const float* x
 
 cuda::MatvecFixup CudaBackend::Impl::matvec(const cuda::TiledJobs& jobs, int groups, const uint8_t* act,
                                             const float4* act_meta, int t, int64_t k, cuda::MatvecFixup fixup,
-                                            cuda::SplitSums* split) {
+                                            cuda::SplitSums* split, MvLaunch kind, int room) {
   const int sms = prop.multiProcessorCount;
+  const cuda::MatvecPlanHint hint = mv_hint(kind, room);
   size_t partial = 0, n_counters = 0;
-  cuda::matvec_tiled_scratch(jobs, t, k, sms, &partial, &n_counters);
+  cuda::matvec_tiled_scratch(jobs, t, k, sms, &partial, &n_counters, hint);
   grow(mv_partial, partial * sizeof(float), "matvec partial sums");
   if (n_counters * sizeof(int) > mv_counters.bytes) {
     grow(mv_counters, n_counters * sizeof(int), "matvec counters");
@@ -582,11 +606,34 @@ cuda::MatvecFixup CudaBackend::Impl::matvec(const cuda::TiledJobs& jobs, int gro
     }
     slots = mv_slots.as<float>();
   }
-  const cuda::MatvecFixup used =
-      cuda::matvec_tiled(jobs, groups, act, act_meta, t, k, sms, mv_partial.as<float>(),
-                         mv_counters.as<int>(), stream, mv_evict, cuda::matvec_kernel(), fixup, slots, split);
+  const cuda::MatvecFixup used = cuda::matvec_tiled(
+      jobs, groups, act, act_meta, t, k, sms, mv_partial.as<float>(), mv_counters.as<int>(), stream, mv_evict,
+      cuda::matvec_kernel(), fixup, slots, split, cuda::matvec_ws_loop(), hint);
   check_launch("matvec (tiled)");
   return used;
+}
+
+// The rule: a decode matvec leaves one block slot free for each CTA of the site after it
+// (blocks <= SMs x blocks per SM - room, with per_warp = ceil(units / (blocks x 8 warps)) as
+// ever), so that the site's CTAs become resident beside the matvec's last blocks and their
+// dependency wait is all that is left when it ends. The site's grid comes from its shapes at
+// the call (residual site: one CTA per Hadamard block and row; SwiGLU site: the same times its
+// CTAs per block; attention prep: n_head + 2 n_head_kv per row). gdn_decode asks none: its CTAs
+// (256 threads above 128 registers, in clusters) never fit beside a ws block, so a smaller grid
+// only slows the qkv+z (H200, 27B: 214 / 183 blocks -2.7 / -3.7 %, gdn_decode's chain advance
+// unchanged); the head is the step's last launch. On the 27B (H200, 132 SMs) it moves only the
+// FFN gate+up: 248 blocks (11 units per warp) left 16 slots for the SwiGLU site's 17 CTAs, 227
+// (12) leave 37: tg128 +0.5 %, where 210 (13) lost 1 %; the down and the out-projections (227 and
+// 160 blocks before the residual site's 5) and q/k/v (224 before the prep's 32) have room
+// already, and more lost there (down on 195 / 170 blocks -1.6 / -2.9 %, q/k/v on 187 -0.6 %).
+// docs/performance.md, "Session 10: matvec plan per launch".
+cuda::MatvecPlanHint CudaBackend::Impl::mv_hint(MvLaunch kind, int room) const {
+  cuda::MatvecPlanHint h;
+  if (const int units = mv_units[static_cast<int>(kind)]; units >= 0)
+    h.min_units = units;  // BONSAI_CUDA_MV_UNITS_*: the sweep's arms (0: the global plan)
+  else if (kind != MvLaunch::other)
+    h.room = std::max(0, room);
+  return h;
 }
 
 void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
@@ -645,13 +692,17 @@ void CudaBackend::residual_norm_site(const float* x, const float* delta, float* 
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split;
   bool deferred = false;
-  if (usual && pm.mv && pm.mv_jobs.count == 1 && delta == pm.mv_jobs.job[0].y && rows == pm.mv_t &&
-      n == pm.mv_jobs.job[0].n) {
+  const bool held = pm.mv && pm.mv_jobs.count == 1 && delta == pm.mv_jobs.job[0].y;
+  const Impl::MvLaunch kind = !held                                              ? Impl::MvLaunch::other
+                              : pm.mv_x == m.swiglu_out && pm.mv_k == m.swiglu_n ? Impl::MvLaunch::ffn_down
+                                                                                 : Impl::MvLaunch::out_proj;
+  const int room = usual ? static_cast<int>(rows * (n / block)) : 0;  // the site's CTAs
+  if (usual && held && rows == pm.mv_t && n == pm.mv_jobs.job[0].n) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
-                        cuda::MatvecFixup::defer, &split) == cuda::MatvecFixup::defer;
+                        cuda::MatvecFixup::defer, &split, kind, room) == cuda::MatvecFixup::defer;
   }
-  m.flush();
+  m.flush(kind, room);
   // unrotated or unusual: the composed ops
   if (!usual)
     return Backend::residual_norm_site(x, delta, x_out, gain, signs, block, normed, rotated, rows, n, eps);
@@ -713,13 +764,19 @@ void CudaBackend::swiglu_site(const float* gate, const float* up, float* act, co
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
-  if (usual && m.ffn_defer && pm.mv && pm.mv_jobs.count == 2 && gate == pm.mv_jobs.job[0].y &&
-      up == pm.mv_jobs.job[1].y && rows == pm.mv_t && n == pm.mv_jobs.job[0].n && n == pm.mv_jobs.job[1].n) {
+  const bool held =
+      pm.mv && pm.mv_jobs.count == 2 && gate == pm.mv_jobs.job[0].y && up == pm.mv_jobs.job[1].y;
+  constexpr Impl::MvLaunch kind = Impl::MvLaunch::gate_up;
+  const int room = usual ? static_cast<int>(rows * (n / block) * std::max(1, m.swi_site)) : 0;  // its CTAs
+  if (usual && m.ffn_defer && held && rows == pm.mv_t && n == pm.mv_jobs.job[0].n &&
+      n == pm.mv_jobs.job[1].n) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
-                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+                        cuda::MatvecFixup::defer, split, kind, room) == cuda::MatvecFixup::defer;
   }
-  m.flush();
+  m.flush(held ? kind : Impl::MvLaunch::other, room);
+  m.swiglu_out = rotated;  // the FFN down's input
+  m.swiglu_n = n;
   if (!usual) return Backend::swiglu_site(gate, up, act, signs, block, rotated, rows, n);
   const Impl::SiteOut out = deferred ? Impl::SiteOut::int8 : m.site_out(rows, n, block);
   if (out == Impl::SiteOut::fused || out == Impl::SiteOut::two_pass) {  // the consumer is the fp16 GEMM

@@ -217,6 +217,16 @@ struct CudaBackend::Impl {
   int swi_site = kSwiSite;                               // BONSAI_CUDA_SWI_SITE
   bool swi_low_regs = kSwiLowRegs;                       // BONSAI_CUDA_SWI_REGS
   bool attn_fwht = kAttnFwht;                            // BONSAI_CUDA_ATTN_FWHT
+  // Which decode matvec a launch is, i.e. which site runs after it (Impl::mv_hint picks its plan
+  // by that): the GDN qkv+z (gdn_decode), attention q/k/v (its prep), FFN gate+up (the SwiGLU
+  // site), FFN down and the mixers' out-projections (the residual site), the head (the step's end).
+  enum class MvLaunch { other, gdn_qkvz, attn_qkv, gate_up, ffn_down, out_proj, head };
+  static constexpr int kMvLaunches = 7;
+  // BONSAI_CUDA_MV_UNITS_{GDN,ATTN,GATEUP,DOWN,OUT,HEAD}, per kind: -1 (unset) the rule of
+  // mv_hint, 0 no hint (the global plan), n >= 1 at least n units per warp.
+  int mv_units[kMvLaunches] = {-1, -1, -1, -1, -1, -1, -1};
+  const float* swiglu_out = nullptr;  // the last SwiGLU site's rotated output [rows][swiglu_n]: the
+  int64_t swiglu_n = 0;               // FFN down's input (how residual_norm_site tells down apart)
   Growable part, tokens;
   Growable mv_partial, mv_counters;  // split-K matvec partial sums and per-pair counters (kept zero)
   // The flag-free split fix-up's slots (BONSAI_CUDA_MV_FIXUP=slots; cuda::matvec_tiled): every
@@ -262,6 +272,7 @@ struct CudaBackend::Impl {
     int64_t mv_k = 0;
     const uint8_t* mv_xq = nullptr;
     const float4* mv_meta = nullptr;
+    const float* mv_x = nullptr;  // the matmul's float input
     // A decode step's attention merge (attn_fwht) held back until the next op: a forward,
     // quantizing hadamard() of `out` runs it with the FWHT (cuda::attention_merge_fwht); any other
     // op launches it first (cuda::attention_merge). Never pending with anything else (set last by
@@ -273,11 +284,16 @@ struct CudaBackend::Impl {
     int64_t merge_gate_stride = 0;
     int merge_t = 0, merge_heads = 0, merge_splits = 0, merge_dim = 0;
   } pend;
-  void flush();
+  // held, room: what a pending matvec is and the room its consumer's CTAs want (mv_hint), when
+  // the caller knows.
+  void flush(MvLaunch held = MvLaunch::other, int room = 0);
   // The ternary matvec launch (scratch grown here); returns the fix-up used (split: defer).
   cuda::MatvecFixup matvec(const cuda::TiledJobs& jobs, int groups, const uint8_t* act,
                            const float4* act_meta, int t, int64_t k, cuda::MatvecFixup fixup,
-                           cuda::SplitSums* split);
+                           cuda::SplitSums* split, MvLaunch kind = MvLaunch::other, int room = 0);
+  // The plan hint of a decode matvec of `kind` whose consumer launches `room` CTAs that fit
+  // beside a ws matvec block (cuda::MatvecPlanHint): the rule, or the kind's BONSAI_CUDA_MV_UNITS_*.
+  cuda::MatvecPlanHint mv_hint(MvLaunch kind, int room) const;
 
   bool capturing = false, warm = false;
   // Recording a decode step (begin_capture .. end_capture): each GDN layer's site runs once

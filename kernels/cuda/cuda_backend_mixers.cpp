@@ -119,15 +119,18 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
   const int64_t hd = s.head_dim;
-  if (usual && (m.qkv_defer & kQkvDeferAttn) && pm.mv && pm.mv_jobs.count == 3 && pm.mv_t == t &&
-      pm.mv_jobs.job[0].y == a.qf && pm.mv_jobs.job[1].y == a.k && pm.mv_jobs.job[2].y == a.v &&
+  const bool held = pm.mv && pm.mv_jobs.count == 3 && pm.mv_jobs.job[0].y == a.qf &&
+                    pm.mv_jobs.job[1].y == a.k && pm.mv_jobs.job[2].y == a.v;
+  constexpr Impl::MvLaunch kind = Impl::MvLaunch::attn_qkv;
+  const int room = usual ? (s.n_head + 2 * s.n_head_kv) * t : 0;  // the prep's CTAs
+  if (usual && (m.qkv_defer & kQkvDeferAttn) && held && pm.mv_t == t &&
       pm.mv_jobs.job[0].n == 2 * s.n_head * hd && pm.mv_jobs.job[1].n == s.n_head_kv * hd &&
       pm.mv_jobs.job[2].n == s.n_head_kv * hd) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
-                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+                        cuda::MatvecFixup::defer, split, kind, room) == cuda::MatvecFixup::defer;
   }
-  m.flush();
+  m.flush(held ? kind : Impl::MvLaunch::other, room);
   if (!usual) return Backend::attention_site(a, t, pos0);
   cuda::AttnPrep p;
   p.qf = a.qf;
@@ -285,14 +288,16 @@ bool CudaBackend::gdn_site_run(const GdnSite& a, int t) {
   Impl::Pending& pm = m.pend;
   cuda::SplitSums split[cuda::kMaxJobs];
   bool deferred = false;
-  if (decode && (m.qkv_defer & kQkvDeferGdn) && pm.mv && pm.mv_jobs.count == 2 && pm.mv_t == t &&
-      pm.mv_jobs.job[0].y == a.qkv && pm.mv_jobs.job[1].y == a.z && pm.mv_jobs.job[0].n == channels &&
+  const bool held =
+      pm.mv && pm.mv_jobs.count == 2 && pm.mv_jobs.job[0].y == a.qkv && pm.mv_jobs.job[1].y == a.z;
+  constexpr Impl::MvLaunch kind = Impl::MvLaunch::gdn_qkvz;
+  if (decode && (m.qkv_defer & kQkvDeferGdn) && held && pm.mv_t == t && pm.mv_jobs.job[0].n == channels &&
       pm.mv_jobs.job[1].n == static_cast<int64_t>(s.n_v) * s.d_v) {
     pm.mv = false;
     deferred = m.matvec(pm.mv_jobs, pm.mv_groups, pm.mv_xq, pm.mv_meta, pm.mv_t, pm.mv_k,
-                        cuda::MatvecFixup::defer, split) == cuda::MatvecFixup::defer;
+                        cuda::MatvecFixup::defer, split, kind) == cuda::MatvecFixup::defer;
   }
-  m.flush();
+  m.flush(held ? kind : Impl::MvLaunch::other);
   // The out-projection's input site in the same launch (cuda::GdnDecodeFwht): a decode row, so
   // the int8 quantization (as hadamard() would write it)
   cuda::GdnDecodeFwht fw;

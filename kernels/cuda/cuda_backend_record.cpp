@@ -45,7 +45,7 @@ bool CudaBackend::begin_capture(const int32_t* tokens, int t, int pos0) {
 }
 
 void CudaBackend::end_capture() {
-  impl_->flush();
+  impl_->flush(Impl::MvLaunch::head);  // a decode step's last matmul, still held: the head
   Impl& m = *impl_;
   if (!m.capturing) return;
   m.capturing = false;

@@ -11,7 +11,7 @@ namespace bonsai {
 void CudaBackend::top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   ref::check_top_k(n, k);
   Impl& m = *impl_;
-  m.flush();
+  m.flush(Impl::MvLaunch::head);  // a matmul still held is the one that wrote x: the head
   // The copy below waits on the stream, which a recording may not do.
   if (m.capturing) fail("cuda: top_k while a step is being recorded");
   const size_t scratch = cuda::top_k_scratch_words(n, k);

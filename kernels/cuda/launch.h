@@ -33,8 +33,18 @@ void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, c
 // k-block) units; a row group split between warps is summed in `partial` (slots per
 // warp, added in a fixed order: deterministic) and `counters` (zero-initialised; the kernel
 // leaves them zero). Both sized by matvec_tiled_scratch for the same jobs, t, k, SM count.
+// A launch's plan hint: min_units the fewest units per warp (0: BONSAI_CUDA_MV_MIN's only),
+// room the block slots left free out of the plan's SMs x blocks per SM (on top of
+// BONSAI_CUDA_MV_RESERVE), for the CTAs of the kernel after it. The plan takes the largest
+// per-warp share of these and the global one, so a hint only ever moves a launch onto fewer
+// blocks (the decode step's launches, by the site after them: cuda_backend.cpp, Impl::mv_hint).
+// Give matvec_tiled_scratch the launch's hint too (its slots depend on the plan).
+struct MatvecPlanHint {
+  int min_units = 0;
+  int room = 0;
+};
 void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
-                          size_t* counters);
+                          size_t* counters, MatvecPlanHint hint = {});
 // Which kernel runs matvec_tiled (kernels/cuda/matvec.cu, matvec_ws.cu): legacy (weights
 // staged in registers; any device), bulk (Hopper: each warp streams its weights through a
 // ring of bulk copies in shared memory), ws (Hopper: warp-specialized, producer warps fill
@@ -109,7 +119,8 @@ MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, c
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first = false, MatvecKernel kernel = matvec_kernel(),
                          MatvecFixup fixup = matvec_fixup(), float* slots = nullptr,
-                         SplitSums* split = nullptr, int ws_loop = matvec_ws_loop());
+                         SplitSums* split = nullptr, int ws_loop = matvec_ws_loop(),
+                         MatvecPlanHint hint = {});
 // y of a deferred matvec: the split groups' slots added into y (kernels/cuda/split_sums.cu).
 void matvec_split_sum(const SplitSums& y, cudaStream_t s);
 // Device check of the flag-free fix-up's sentinel (tests): for i < n, out[3i..3i+2] = the

@@ -443,7 +443,7 @@ const MatvecConfig& matvec_config() {
   return cfg;
 }
 
-StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
+StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count, MatvecPlanHint hint) {
   const MatvecConfig& cfg = matvec_config();
   StreamPlan p;
   for (int j = 0; j < jobs.count; ++j) {
@@ -454,8 +454,8 @@ StreamPlan plan_stream(const TiledJobs& jobs, int kblocks, int sm_count) {
   p.pair_start[jobs.count] = p.pairs;
   p.units = p.pairs * kblocks;
   p.unit_start[jobs.count] = p.units;
-  const int warps = std::max(1, sm_count * cfg.blocks_per_sm - cfg.reserve) * kWarps;
-  p.per_warp = std::max(cfg.min_units, (p.units + warps - 1) / warps);
+  const int warps = std::max(1, sm_count * cfg.blocks_per_sm - cfg.reserve - hint.room) * kWarps;
+  p.per_warp = std::max({cfg.min_units, hint.min_units, (p.units + warps - 1) / warps});
   p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;  // a pair meets at most this many ranges
   p.ring = cfg.ring;
   return p;
@@ -536,8 +536,8 @@ void quantize_act(const float* x, uint8_t* xq, float4* meta, int t, int64_t k, c
 }
 
 void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count, size_t* partial_floats,
-                          size_t* counters) {
-  const StreamPlan p = plan_stream(jobs, static_cast<int>(k / kBlockK), sm_count);
+                          size_t* counters, MatvecPlanHint hint) {
+  const StreamPlan p = plan_stream(jobs, static_cast<int>(k / kBlockK), sm_count, hint);
   const size_t groups = static_cast<size_t>((t + kTok - 1) / kTok);
   *partial_floats = groups * p.pairs * p.slots * kPairRows * kTok;
   *counters = groups * p.pairs;
@@ -546,9 +546,9 @@ void matvec_tiled_scratch(const TiledJobs& jobs, int t, int64_t k, int sm_count,
 MatvecFixup matvec_tiled(const TiledJobs& jobs, int groups, const uint8_t* xq, const float4* meta, int t,
                          int64_t k, int sm_count, float* partial, int* counters, cudaStream_t s,
                          bool evict_first, MatvecKernel kernel, MatvecFixup fixup, float* slots,
-                         SplitSums* split, int ws_loop) {
+                         SplitSums* split, int ws_loop, MatvecPlanHint hint) {
   const int kblocks = static_cast<int>(k / kBlockK);
-  const StreamPlan p = plan_stream(jobs, kblocks, sm_count);
+  const StreamPlan p = plan_stream(jobs, kblocks, sm_count, hint);
   const dim3 grid(stream_blocks(p), static_cast<unsigned>((t + kTok - 1) / kTok));
   if (fixup == MatvecFixup::defer && split == nullptr) fixup = MatvecFixup::first;
   const MatvecFixup used = groups == 2
