@@ -15,7 +15,7 @@
 // them, so W = 1 is the bare boundary and larger W a site's round trips.
 // The flags and counters are zeroed by memset nodes at the graph's start (normal edges).
 //
-// Build (here; runs on sm_90): nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a
+// Build (here; runs on sm_90): nvcc -O3 -std=c++20 -I. -gencode arch=compute_90a,code=sm_90a
 //   -o boundary_probe tools/cuda/boundary_probe.cu        (one line)
 // Run: boundary_probe [--n 512] [--reps 20] [--big-smem-kb 0]
 // Prints µs per kernel for each mode, chain shape (alternating / all big / all small) and W, and
@@ -27,14 +27,7 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "tools/cuda/probe_ck.h"
 
 namespace {
 

@@ -4,6 +4,8 @@
 // Included by consumer_probe.cu only (after kernels/cuda/matvec_ws.cu); also its constants and CK.
 #pragma once
 
+#include "tools/cuda/probe_ck.h"
+
 namespace bonsai::cuda::mv {
 namespace {
 
@@ -12,15 +14,6 @@ constexpr int kChunk = kCodeBytes + 32;           // one tile's chunk at G = 1
 constexpr int kUnitBytes = kWarpTiles * kChunk;   // 2176
 constexpr int kProbeThreads = (kWarps + 2) * 32;  // production block: 8 consumers + 2 producers
 constexpr int kKblocks = 40;                      // K = 5120
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 __device__ __forceinline__ void mma_b1_k128(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
   asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, {%6}, "

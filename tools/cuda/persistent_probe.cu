@@ -64,6 +64,8 @@
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/tile_layout.h"
 
+#include "tools/cuda/probe_ck.h"
+
 // The production matvec's run-time selection (kernels/cuda/matvec_select.cpp, elementwise.cu)
 // without the library: the ws kernel, its default protocol (two producer warps), the
 // first-rank split fix-up, PDL on.
@@ -73,7 +75,8 @@ MatvecKernel matvec_kernel() {
   return e && std::strcmp(e, "bulk") == 0 ? MatvecKernel::bulk : MatvecKernel::ws;
 }
 int matvec_ws_variant() { return 8; }
-MatvecFixup matvec_fixup() {  // the production default (first); PK_FIXUP=last|slots: the others
+int matvec_ws_loop() { return 1; }  // the production default consumer loop (BONSAI_CUDA_MV_LOOP)
+MatvecFixup matvec_fixup() {  // first (production's default in session 5; now last); PK_FIXUP=last|slots
   const char* e = std::getenv("PK_FIXUP");
   if (e && std::strcmp(e, "last") == 0) return MatvecFixup::last;
   if (e && std::strcmp(e, "slots") == 0) return MatvecFixup::slots;
@@ -86,15 +89,6 @@ using namespace bonsai::cuda;
 using namespace bonsai::cuda::mv;
 
 namespace {
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 constexpr int kProducers = 2;                         // producer warps, 4 lanes (rings) each
 constexpr int kThreads = (kWarps + kProducers) * 32;  // 320

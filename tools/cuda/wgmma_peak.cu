@@ -17,18 +17,11 @@
 #include "kernels/cuda/tile_layout.h"
 #include "kernels/cuda/wgmma.cuh"
 
+#include "tools/cuda/probe_ck.h"
+
 using namespace bonsai::cuda;
 
 namespace {
-
-#define CK(x)                                                                      \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e_), __LINE__); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
 
 // (1a) natural operands: A [64][32] u8, B [64 tokens][32] s8 -> D [64][64].
 __global__ void check_natural(const uint8_t* A, const int8_t* B, int* D) {
