@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 
@@ -15,7 +16,7 @@ namespace bonsai::bench {
 
 // One pool per thread count, created on first use and kept for the process.
 inline ThreadPool& pool(int threads) {
-  static std::unique_ptr<ThreadPool> pools[8];
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
   auto& p = pools[threads];
   if (!p) p = std::make_unique<ThreadPool>(threads);
   return *p;

@@ -19,6 +19,8 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -116,7 +118,22 @@ void BM_mac_peak(benchmark::State& state, PeakFn fn, int macs_per_instr, Isa isa
                          benchmark::Counter::kIsRate);
 }
 
-void peak_args(benchmark::internal::Benchmark* b) { b->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime(); }
+// Threads 1 and 2, plus the counts in BONSAI_BENCH_THREADS (a comma list, e.g. "16" on a larger machine;
+// each 3..1024, anything else an error naming the variable).
+void peak_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+  const char* e = std::getenv("BONSAI_BENCH_THREADS");
+  for (const char* p = e; p && *p;) {
+    char* end = nullptr;
+    const long n = std::strtol(p, &end, 10);
+    if (end == p || n < 3 || n > 1024 || (*end != ',' && *end != '\0')) {
+      std::fprintf(stderr, "BONSAI_BENCH_THREADS='%s': expected a comma list of thread counts 3..1024\n", e);
+      std::exit(2);
+    }
+    b->Arg(n);
+    p = *end == ',' ? end + 1 : end;
+  }
+}
 
 BENCHMARK_CAPTURE(BM_mac_peak, vpdpbusd_zmm, dpbusd_zmm, 64, Isa::Avx512, false)->Apply(peak_args);
 BENCHMARK_CAPTURE(BM_mac_peak, vpdpbusd_ymm, dpbusd_ymm, 32, Isa::Avx512, false)->Apply(peak_args);
