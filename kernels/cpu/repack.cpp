@@ -12,6 +12,7 @@
 #include "bonsai/error.h"
 #include "bonsai/formats.h"
 #include "kernels/cpu/matvec.h"
+#include "runtime/env.h"
 
 namespace bonsai::cpu {
 
@@ -38,36 +39,16 @@ HugeBuffer::~HugeBuffer() {
   if (p_) munmap(p_, (n_ + 4095) / 4096 * 4096);
 }
 
-namespace {
-// $name's value if it is one of {off_value, on_value}; `dflt` if unset.
-bool env_choice(const char* name, std::string_view off_value, std::string_view on_value, bool dflt) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return dflt;
-  const std::string_view v(e);
-  if (v == on_value) return true;
-  if (v == off_value) return false;
-  usage_fail("{} must be '{}' or '{}' (got '{}')", name, off_value, on_value, v);
-}
-}  // namespace
-
 RepackPolicy repack_policy_from_env() {
   RepackPolicy p;
-  p.ptq1_transcode = env_choice("BONSAI_CPU_PTQ1", "direct", "transcode", p.ptq1_transcode);
-  if (const char* e = std::getenv("BONSAI_CPU_WEIGHTS"); e && *e) {
-    const std::string_view v(e);
-    if (v == "lanes")
-      p.weights = WeightsMode::Lanes;
-    else if (v == "map")
-      p.weights = WeightsMode::Map;
-    else if (v == "stream")
-      p.weights = WeightsMode::Stream;
-    else if (v == "map")
-      p.weights = WeightsMode::Map;
-    else if (v == "copy")
-      p.weights = WeightsMode::Copy;
-    else
-      usage_fail("BONSAI_CPU_WEIGHTS must be 'stream', 'lanes', 'map' or 'copy' (got '{}')", v);
-  }
+  p.ptq1_transcode =
+      env_choice<bool>("BONSAI_CPU_PTQ1", {{"direct", false}, {"transcode", true}}, p.ptq1_transcode);
+  p.weights = env_choice<WeightsMode>("BONSAI_CPU_WEIGHTS",
+                                      {{"stream", WeightsMode::Stream},
+                                       {"lanes", WeightsMode::Lanes},
+                                       {"map", WeightsMode::Map},
+                                       {"copy", WeightsMode::Copy}},
+                                      p.weights);
   return p;
 }
 

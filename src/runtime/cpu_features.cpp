@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bonsai/error.h"
+#include "runtime/env.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -100,10 +101,11 @@ std::optional<Isa> parse_isa(std::string_view s) {
 Isa select_isa(std::optional<Isa> requested) {
   const char* source = "requested";
   if (!requested) {
-    const char* env = std::getenv("BONSAI_ISA");
-    if (env && *env) {
+    // Case-insensitive, as --isa (parse_isa); hence not env_choice.
+    const std::string_view env = env_value("BONSAI_ISA");
+    if (!env.empty()) {
       requested = parse_isa(env);
-      if (!requested) fail("environment variable BONSAI_ISA='{}': expected scalar, avx2 or avx512", env);
+      if (!requested) env_refuse("BONSAI_ISA", env, "scalar, avx2 or avx512");
       source = "BONSAI_ISA";
     }
   }
