@@ -3,15 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
-#include <vector>
 
 #include "kernels/cuda/cuda_backend_impl.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_f16_layout.h"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai {
@@ -27,17 +24,6 @@ int cuda_device_count(std::string* why) {
   if (n == 0 && why) *why = "no CUDA device";
   return n;
 }
-
-namespace {
-// An on/off environment knob: unset or empty keeps `fallback`; anything but 0 or 1 is an error.
-bool env_flag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  const std::string_view v(e);
-  if (v != "0" && v != "1") fail("{}='{}': expected 0 or 1", name, v);
-  return v == "1";
-}
-}  // namespace
 
 // Runs the held-back GDN ops: the fused kernel when the shapes allow, else one by one.
 void CudaBackend::Impl::flush(MvLaunch held, int room) {
@@ -84,6 +70,9 @@ void CudaBackend::Impl::flush(MvLaunch held, int room) {
 }
 
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+  // Every knob first (cuda/knobs.h; host code, no device): a bad value is the user's input and
+  // fails the same way on any machine, here and never in the middle of a recorded step.
+  cuda::check_knobs();
   std::string why;
   const int n = cuda_device_count(&why);
   if (n == 0) fail("cuda: no usable device ({})", why);
@@ -95,75 +84,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (m.prop.major < 8)
     fail("cuda: device {} ({}) has compute capability {}.{}; the int8 tensor-core kernels need 8.0 or newer",
          device, m.prop.name, m.prop.major, m.prop.minor);
-  m.mv_evict = env_flag("BONSAI_CUDA_MV_EVICT", m.mv_evict);
-  m.gdn_stream = env_flag("BONSAI_CUDA_GDN_STREAM", m.gdn_stream);
-  m.gdn_dec = cuda::gdn_decode_config();
-  if (const char* e = std::getenv("BONSAI_CUDA_MV_DEFER"); e && *e) {
-    const std::string_view v(e);
-    if (v != "0" && v != "1" && v != "2") fail("BONSAI_CUDA_MV_DEFER='{}': expected 0, 1 or 2", v);
-    m.mv_defer = v[0] - '0';
-  }
-  if (const char* e = std::getenv("BONSAI_CUDA_SITE_F16"); e && *e) {
-    const std::string_view v(e);
-    if (v.size() != 1 || v[0] < '0' || v[0] > '4') fail("BONSAI_CUDA_SITE_F16='{}': expected 0 .. 4", v);
-    m.site_f16_mode = v[0] - '0';
-  }
-  m.site_skip_quant = env_flag("BONSAI_CUDA_SITE_SKIPQ", m.site_skip_quant);
-  m.ffn_defer = env_flag("BONSAI_CUDA_FFN_DEFER", m.ffn_defer);
-  if (const char* e = std::getenv("BONSAI_CUDA_SWI_SITE"); e && *e) {
-    const std::string_view v(e);
-    if (v != "0" && v != "1" && v != "2" && v != "4")
-      fail("BONSAI_CUDA_SWI_SITE='{}': expected 0 (fwht_split_kernel) or 1, 2, 4 (the lean site's blocks per "
-           "Hadamard block)",
-           v);
-    m.swi_site = v[0] - '0';
-  }
-  m.attn_fwht = env_flag("BONSAI_CUDA_ATTN_FWHT", m.attn_fwht);
-  m.swi_low_regs = env_flag("BONSAI_CUDA_SWI_REGS", m.swi_low_regs);
-  if (const char* e = std::getenv("BONSAI_CUDA_QKV_DEFER"); e && *e) {
-    const std::string_view v(e);
-    if (v.size() != 1 || v[0] < '0' || v[0] > '3') fail("BONSAI_CUDA_QKV_DEFER='{}': expected 0 .. 3", v);
-    m.qkv_defer = v[0] - '0';
-  }
-  if (const char* e = std::getenv("BONSAI_CUDA_FWHT_CLUSTER"); e && *e) {
-    const std::string_view v(e);
-    auto ok = [](char c) { return c == '1' || c == '2' || c == '4' || c == '8'; };
-    if (v.size() != 3 || !ok(v[0]) || v[1] != ',' || !ok(v[2]))
-      fail("BONSAI_CUDA_FWHT_CLUSTER='{}': expected swiglu,plain with each 1, 2, 4 or 8 (e.g. 4,1)", v);
-    m.fwht_ctas[0] = v[0] - '0';
-    m.fwht_ctas[1] = v[2] - '0';
-  }
-  if (const char* e = std::getenv("BONSAI_CUDA_SITE_CLUSTER"); e && *e) {
-    const std::string_view v(e);
-    if (v.size() != 3 || v[0] < '0' || v[0] > '4' || v[1] != ',' || v[2] < '0' || v[2] > '4')
-      fail("BONSAI_CUDA_SITE_CLUSTER='{}': expected narrow,wide with each 0 .. 4 (e.g. 0,3)", v);
-    m.site_cluster[0] = v[0] - '0';
-    m.site_cluster[1] = v[2] - '0';
-  }
-  {
-    static constexpr const char* kUnitsVar[Impl::kMvLaunches] = {nullptr,
-                                                                 "BONSAI_CUDA_MV_UNITS_GDN",
-                                                                 "BONSAI_CUDA_MV_UNITS_ATTN",
-                                                                 "BONSAI_CUDA_MV_UNITS_GATEUP",
-                                                                 "BONSAI_CUDA_MV_UNITS_DOWN",
-                                                                 "BONSAI_CUDA_MV_UNITS_OUT",
-                                                                 "BONSAI_CUDA_MV_UNITS_HEAD"};
-    for (int i = 1; i < Impl::kMvLaunches; ++i) {
-      const char* e = std::getenv(kUnitsVar[i]);
-      if (!e || !*e) continue;
-      const std::string_view v(e);
-      int units = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), units);
-      if (ec != std::errc{} || end != v.data() + v.size() || units < 0 || units > 65536)
-        fail("{}='{}': expected 0 (no hint: the global plan) .. 65536 (the fewest units per warp)",
-             kUnitsVar[i], v);
-      m.mv_units[i] = units;
-    }
-  }
-  cuda::matvec_kernel();  // BONSAI_CUDA_MV(_WS): a bad value fails here, not at the first matmul
-  cuda::matvec_ws_variant();
-  cuda::matvec_ws_loop();
-  cuda::residual_split_form();  // BONSAI_CUDA_RES_SPLIT: likewise
+  // The backend's knobs, and the kernel choices that depend on the device (BONSAI_CUDA_MV=ws or
+  // BONSAI_CUDA_GEMM=wgmma where the device has no code for them).
+  static_cast<BackendKnobs&>(m) = read_backend_knobs();
+  cuda::matvec_kernel();
+  cuda::gemm_kernel();
   check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   m.step_mem = device_alloc(2 * sizeof(int), "step parameters");
   m.step_dev = static_cast<int*>(m.step_mem.get());
@@ -208,7 +133,8 @@ void CudaBackend::set_qkv_defer(int mask) {
   impl_->qkv_defer = mask;
 }
 void CudaBackend::set_swi_site(int ctas, bool low_regs) {
-  if (ctas != 0 && ctas != 1 && ctas != 2 && ctas != 4) fail("cuda: set_swi_site({}): expected 0, 1, 2 or 4", ctas);
+  if (ctas != 0 && ctas != 1 && ctas != 2 && ctas != 4)
+    fail("cuda: set_swi_site({}): expected 0, 1, 2 or 4", ctas);
   impl_->flush();
   impl_->swi_site = ctas;
   impl_->swi_low_regs = low_regs;

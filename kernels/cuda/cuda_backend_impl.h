@@ -168,13 +168,39 @@ constexpr bool kSiteSkipQuant = true;
 // fp16 record in one launch from registers) for rows of at most 8 Hadamard blocks (else the
 // block-per-row kernel) and wider ones (else two passes); 0: not used.
 constexpr int kSiteClusterNarrow = 0, kSiteClusterWide = 3;
+
+// What a CudaBackend takes from its BONSAI_CUDA_* knobs at construction (the set_* calls change
+// them afterwards); the initializers are the defaults. read_backend_knobs (knobs.cpp) parses them.
+struct BackendKnobs {
+  int site_f16_mode = kSiteF16;                                  // BONSAI_CUDA_SITE_F16
+  bool site_skip_quant = kSiteSkipQuant;                         // BONSAI_CUDA_SITE_SKIPQ
+  int site_cluster[2] = {kSiteClusterNarrow, kSiteClusterWide};  // BONSAI_CUDA_SITE_CLUSTER
+  bool mv_evict = kMatvecEvictFirst;                             // BONSAI_CUDA_MV_EVICT
+  bool gdn_stream = kGdnStateStream;                             // BONSAI_CUDA_GDN_STREAM
+  cuda::GdnDecodeConfig gdn_dec;                                 // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB)
+  int mv_defer = kMatvecDefer;                                   // BONSAI_CUDA_MV_DEFER
+  bool ffn_defer = kFfnDefer;                                    // BONSAI_CUDA_FFN_DEFER
+  int qkv_defer = kQkvDefer;                                     // BONSAI_CUDA_QKV_DEFER (bit mask)
+  int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};          // BONSAI_CUDA_FWHT_CLUSTER
+  int swi_site = kSwiSite;                                       // BONSAI_CUDA_SWI_SITE
+  bool swi_low_regs = kSwiLowRegs;                               // BONSAI_CUDA_SWI_REGS
+  bool attn_fwht = kAttnFwht;                                    // BONSAI_CUDA_ATTN_FWHT
+  static constexpr int kMvLaunches = 7;                          // CudaBackend::Impl::MvLaunch's kinds
+  // BONSAI_CUDA_MV_UNITS_{GDN,ATTN,GATEUP,DOWN,OUT,HEAD}, per kind: -1 (unset) the rule of
+  // mv_hint, 0 no hint (the global plan), n >= 1 at least n units per warp.
+  int mv_units[kMvLaunches] = {-1, -1, -1, -1, -1, -1, -1};
+};
+// The knobs now (every one; the first bad value throws UsageError naming it). Needs no device.
+BackendKnobs read_backend_knobs();
+
 constexpr size_t kStagingBytes = 32u << 20;  // per upload staging slot (two slots)
 
 }  // namespace cuda_detail
 
 using namespace cuda_detail;
 
-struct CudaBackend::Impl {
+// The knob-set fields (BackendKnobs) come first, as a base.
+struct CudaBackend::Impl : BackendKnobs {
   int device = 0;
   cudaDeviceProp prop{};
   cudaStream_t stream = nullptr;
@@ -200,31 +226,15 @@ struct CudaBackend::Impl {
     int f16_min_t = INT_MAX, int8_max_t = 0;
   };
   std::array<GemmSeen, 8> gemm_seen{};
-  int site_f16_mode = kSiteF16;           // BONSAI_CUDA_SITE_F16
-  bool site_skip_quant = kSiteSkipQuant;  // BONSAI_CUDA_SITE_SKIPQ
   int64_t site_f16_launches = 0, site_quant_skips = 0;
   Growable bamax;  // [rows][k / block] the two-pass sites' block amaxes
-  int site_cluster[2] = {kSiteClusterNarrow, kSiteClusterWide};  // BONSAI_CUDA_SITE_CLUSTER
   int64_t site_cluster_launches = 0;
 
-  bool mv_evict = kMatvecEvictFirst;                     // BONSAI_CUDA_MV_EVICT
-  bool gdn_stream = kGdnStateStream;                     // BONSAI_CUDA_GDN_STREAM
-  cuda::GdnDecodeConfig gdn_dec;                         // BONSAI_CUDA_GDN_DEC(_CLUSTER, _AB)
-  int mv_defer = kMatvecDefer;                           // BONSAI_CUDA_MV_DEFER
-  bool ffn_defer = kFfnDefer;                            // BONSAI_CUDA_FFN_DEFER
-  int qkv_defer = kQkvDefer;                             // BONSAI_CUDA_QKV_DEFER (bit mask)
-  int fwht_ctas[2] = {kFwhtCtasSwiglu, kFwhtCtasPlain};  // BONSAI_CUDA_FWHT_CLUSTER
-  int swi_site = kSwiSite;                               // BONSAI_CUDA_SWI_SITE
-  bool swi_low_regs = kSwiLowRegs;                       // BONSAI_CUDA_SWI_REGS
-  bool attn_fwht = kAttnFwht;                            // BONSAI_CUDA_ATTN_FWHT
   // Which decode matvec a launch is, i.e. which site runs after it (Impl::mv_hint picks its plan
   // by that): the GDN qkv+z (gdn_decode), attention q/k/v (its prep), FFN gate+up (the SwiGLU
   // site), FFN down and the mixers' out-projections (the residual site), the head (the step's end).
   enum class MvLaunch { other, gdn_qkvz, attn_qkv, gate_up, ffn_down, out_proj, head };
-  static constexpr int kMvLaunches = 7;
-  // BONSAI_CUDA_MV_UNITS_{GDN,ATTN,GATEUP,DOWN,OUT,HEAD}, per kind: -1 (unset) the rule of
-  // mv_hint, 0 no hint (the global plan), n >= 1 at least n units per warp.
-  int mv_units[kMvLaunches] = {-1, -1, -1, -1, -1, -1, -1};
+  static_assert(static_cast<int>(MvLaunch::head) + 1 == kMvLaunches);
   const float* swiglu_out = nullptr;  // the last SwiGLU site's rotated output [rows][swiglu_n]: the
   int64_t swiglu_n = 0;               // FFN down's input (how residual_norm_site tells down apart)
   Growable part, tokens;

@@ -1,5 +1,6 @@
 // Elementwise and layout ops, RoPE, the KV-cache store, the GDN conv and gates.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 
 namespace bonsai::cuda {
@@ -179,8 +180,7 @@ void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, con
 
 bool pdl_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("BONSAI_CUDA_PDL");
-    if (e && e[0] == '0') return false;
+    if (!knob::pdl()) return false;  // BONSAI_CUDA_PDL=0
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 
 namespace bonsai::cuda {
@@ -489,10 +490,7 @@ namespace {
 // BONSAI_CUDA_GDN_EARLY=0: the recurrent state is never loaded before the dependency wait
 // (for measurements). Read once per process.
 bool gdn_early() {
-  static const bool on = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GDN_EARLY");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = knob::gdn_early();
   return on;
 }
 

@@ -39,6 +39,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_ab_mma.h"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/tf32_split.cuh"
 
 namespace bonsai::cuda {
@@ -200,16 +201,8 @@ bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 }  // namespace
 
 GdnAbKernel gdn_ab_kernel() {
-  static const GdnAbKernel kernel = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GDN_AB");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "mma") return GdnAbKernel::mma;
-    if (v == "simt") return GdnAbKernel::simt;
-    fail(
-        "BONSAI_CUDA_GDN_AB: '{}' is not an alpha/beta rows kernel (simt: fp32 dot products, mma: tensor "
-        "cores)",
-        v);
-  }();
+  // simt: fp32 dot products, mma (default): tensor cores; parsed in kernels/cuda/knobs.cpp.
+  static const GdnAbKernel kernel = knob::gdn_ab_mma() ? GdnAbKernel::mma : GdnAbKernel::simt;
   return kernel;
 }
 
@@ -256,16 +249,7 @@ void launch_variant(int v, const float* x, const uint8_t* wa, const uint8_t* wb,
 }  // namespace
 
 int gdn_ab_mma_variant() {
-  static const int variant = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GDN_AB_VARIANT");
-    if (!e || !*e) return kGdnAbMmaDefaultVariant;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end || v < 0 || v >= kGdnAbMmaVariants)
-      fail("BONSAI_CUDA_GDN_AB_VARIANT: '{}' is not a variant 0..{} of the alpha/beta rows kernel", e,
-           kGdnAbMmaVariants - 1);
-    return static_cast<int>(v);
-  }();
+  static const int variant = knob::gdn_ab_variant();  // 0..kGdnAbMmaVariants - 1
   return variant;
 }
 

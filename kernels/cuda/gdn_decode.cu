@@ -587,28 +587,7 @@ __global__ void __launch_bounds__(512 / kC)
 
 }  // namespace
 
-GdnDecodeConfig gdn_decode_config() {
-  GdnDecodeConfig c;
-  // unset or empty: the default; else one of `ok` (a string of one-character values)
-  auto knob = [](const char* name, std::string_view ok, char fallback) {
-    const char* e = std::getenv(name);
-    if (!e || !*e) return fallback;
-    if (std::strlen(e) != 1 || ok.find(e[0]) == std::string_view::npos)
-      fail("{}='{}': expected one of {}", name, e, ok);
-    return e[0];
-  };
-  c.on = knob("BONSAI_CUDA_GDN_DEC", "01", '1') == '1';
-  c.cluster = knob("BONSAI_CUDA_GDN_DEC_CLUSTER", "124", static_cast<char>('0' + kGdnDecCluster)) - '0';
-  c.ab_early = knob("BONSAI_CUDA_GDN_DEC_AB", "01", kGdnDecAbEarly ? '1' : '0') == '1';
-  c.membar_free = knob("BONSAI_CUDA_GDN_DEC_MEMBAR", "01", kGdnDecMembarFree ? '1' : '0') == '1';
-  c.count_early = knob("BONSAI_CUDA_GDN_DEC_COUNT", "01", kGdnDecCountEarly ? '1' : '0') == '1';
-  c.split_weak = knob("BONSAI_CUDA_QKV_LOAD", "01", kSplitWeakLoads ? '1' : '0') == '1';
-  c.fwht = knob("BONSAI_CUDA_GDN_FWHT", "01", kGdnDecFwht ? '1' : '0') == '1';
-  c.fwht_poll = knob("BONSAI_CUDA_GDN_FWHT_POLL", "01", kGdnDecFwhtPoll ? '1' : '0') == '1';
-  c.early = knob("BONSAI_CUDA_GDN_EARLY", "01", '1') == '1';
-  c.push = knob("BONSAI_CUDA_GDN_DEC_PUSH", "01", kGdnDecPush ? '1' : '0') == '1';
-  return c;
-}
+// gdn_decode_config: kernels/cuda/knobs.cpp (host code parsing the BONSAI_CUDA_GDN_* knobs).
 
 bool gdn_decode_fits(const GdnFused& p) {
   const bool dk_ok = p.d_k == 32 || p.d_k == 64 || p.d_k == 128 || p.d_k == 256;

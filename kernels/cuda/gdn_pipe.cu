@@ -19,6 +19,7 @@
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_pipe.h"
+#include "kernels/cuda/knobs.h"
 
 namespace bonsai::cuda {
 namespace {
@@ -152,18 +153,7 @@ __global__ void gated_rmsnorm_heads_kernel(const float* __restrict__ o, const fl
 }  // namespace
 
 int gdn_pipe_mask() {
-  static const int mask = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GDN_PIPE");
-    if (!e || !*e) return kGdnPipeDefault;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end || v < 0 || v > 3)
-      fail(
-          "BONSAI_CUDA_GDN_PIPE: '{}' is not a mask of 0..3 (1: tiled conv + norms, 2: gated norm in head "
-          "order)",
-          e);
-    return static_cast<int>(v);
-  }();
+  static const int mask = knob::gdn_pipe();  // 0..3 (kernels/cuda/knobs.cpp)
   return mask;
 }
 

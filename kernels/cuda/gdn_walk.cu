@@ -19,6 +19,7 @@
 
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tf32_split.cuh"
 
@@ -383,15 +384,9 @@ constexpr int kWalkDefault = 1;
 constexpr int kTc2MinTokens = 512;
 
 int walk_kernel_env() {
-  static const int k = [] {
-    const char* e = std::getenv("BONSAI_CUDA_WALK");
-    if (!e || !*e) return -1;
-    if ((e[0] == '0' || e[0] == '1' || e[0] == '2' || e[0] == '6') && e[1] == 0) return e[0] - '0';
-    fail(
-        "BONSAI_CUDA_WALK='{}': expected 0, 1, 2 or 6 (token walk, chunked walk with 1 or 2 columns per "
-        "thread, chunked form on the tensor cores)",
-        e);
-  }();
+  // 0 token walk, 1 / 2 chunked walk with 1 or 2 columns per thread, 6 the chunked form on the
+  // tensor cores; parsed in kernels/cuda/knobs.cpp.
+  static const int k = knob::walk();
   return k;
 }
 

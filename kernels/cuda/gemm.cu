@@ -30,6 +30,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_common.cuh"  // block shape, stage layout, GemmPlan, cp.async / mbarrier / mma helpers
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/tile_layout.h"
 
 namespace bonsai::cuda {
@@ -307,10 +308,7 @@ namespace {
 // BONSAI_CUDA_GEMM_SPLIT (plan_gemm): unset or 1 = the model, 0 = the former rule, n > 1 = n ranges,
 // -1 = one range (no split; measurements).
 int gemm_split_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_SPLIT");
-    return e ? std::atoi(e) : 1;
-  }();
+  static const int mode = knob::gemm_split();
   return mode;
 }
 
@@ -384,20 +382,16 @@ GemmPlan plan_gemm(const TiledJobs& jobs, int t, int kblocks, int sm_count, int 
 int gemm_splits(const GemmPlan& p, int kblocks) { return (kblocks + p.kb_per_split - 1) / p.kb_per_split; }
 
 // Stages handed over by mbarriers (MB = 1, the default for 128-column groups at 16 warps per
-// SM: 4-5 % faster than a block barrier per k-block) unless BONSAI_CUDA_GEMM_PIPE=bar.
+// SM: 4-5 % faster than a block barrier per k-block) unless BONSAI_CUDA_GEMM_PIPE=bar (mb: the
+// default).
 bool gemm_mbarrier_pipe() {
-  static const bool on = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_PIPE");
-    return !(e && std::string(e) == "bar");
-  }();
+  static const bool on = knob::gemm_mbarrier();
   return on;
 }
 
+// BONSAI_CUDA_GEMM_OCC=1: no register spills, 8 warps per SM (default 2).
 int gemm_occupancy() {
-  static const int occ = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_OCC");  // 1: no register spills, 8 warps per SM
-    return e && std::atoi(e) == 1 ? 1 : 2;
-  }();
+  static const int occ = knob::gemm_occupancy();
   return occ;
 }
 
@@ -470,10 +464,7 @@ void run_gemm_wgmma_tma(GemmPlan plan, const TiledJobs& jobs, const uint8_t* xq,
 // Also measured, not dispatched: 9 stages (143.9 ms with SW=0) and four warpgroups of 32 tokens
 // (NW = 32: 142.5 ms with SW=0), runs of 16:01-16:08.
 bool wgmma_swizzle() {
-  static const bool sw = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_SW");
-    return !(e && std::atoi(e) == 0);
-  }();
+  static const bool sw = knob::gemm_wg_sw();
   return sw;
 }
 

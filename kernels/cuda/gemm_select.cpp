@@ -2,21 +2,22 @@
 // BONSAI_CUDA_GEMM_STAGE: the mma.sync kernel's activation staging (gemm_stage);
 // BONSAI_CUDA_GEMM_WG_STAGES / _WG_SWIZZLE / _WG_LOOP / _WG_TOKENS: the wgmma producer kernel's
 // ring depth, activation swizzle, consumer loop and tokens per block; BONSAI_CUDA_GEMM_WG_MIN: the automatic
-// choice's threshold; the tensor maps.
+// choice's threshold; the tensor maps. The knob:: functions parse (kernels/cuda/knobs.h); the others
+// cache their result once per process.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
-#include <system_error>
 #include <utility>
 
 #include "bonsai/error.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/tile_layout.h"
+#include "runtime/env.h"
 
 namespace bonsai::cuda {
 
@@ -38,10 +39,19 @@ bool gemm_wgmma_available() {
   return available;
 }
 
+std::optional<GemmKernel> knob::gemm_kernel() {
+  return env_choice<std::optional<GemmKernel>>("BONSAI_CUDA_GEMM",
+                                               {{"mma", GemmKernel::mma},
+                                                {"wgmma", GemmKernel::wgmma},
+                                                {"wgmma_cp", GemmKernel::wgmma_cp},
+                                                {"f16", GemmKernel::f16},
+                                                {"auto", GemmKernel::automatic}},
+                                               std::nullopt);
+}
+
 GemmKernel gemm_kernel() {
   static const GemmKernel choice = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM");
-    const std::string_view v = e ? e : "";
+    const std::optional<GemmKernel> k = knob::gemm_kernel();
     // Default on compute capability 9.0: f16 (the fp16 GEMM for launches of at least
     // gemm_wg_min_blocks() blocks per SM whose weights' scales are fp16-exact, the int8 kernels
     // for the rest; H200: pp512 +21.8 % against automatic, alternated, `gate --prefill` 7 of 7
@@ -49,61 +59,45 @@ GemmKernel gemm_kernel() {
     // automatic: the wgmma producer kernel (128-byte swizzle) for grids of at least
     // gemm_wg_min_blocks() blocks per SM on 9.0, mma.sync for smaller ones and everywhere else
     // (H200: pp512 +10 % against mma.sync, round 2). `auto` keeps the int8 kernels on 9.0 too.
-    if (v.empty()) return gemm_wgmma_available() ? GemmKernel::f16 : GemmKernel::automatic;
-    if (v == "auto") return GemmKernel::automatic;
-    if (v == "mma") return GemmKernel::mma;
-    if (v != "wgmma" && v != "wgmma_cp" && v != "f16")
-      fail("BONSAI_CUDA_GEMM: '{}' is not a prefill GEMM kernel (mma, wgmma, wgmma_cp, f16 or auto)", v);
+    if (!k) return gemm_wgmma_available() ? GemmKernel::f16 : GemmKernel::automatic;
+    if (*k == GemmKernel::automatic || *k == GemmKernel::mma) return *k;
     if (!gemm_wgmma_available()) {
       const auto [major, minor] = compute_capability();
       fail(
           "BONSAI_CUDA_GEMM={}: the device has compute capability {}.{}; the wgmma kernels (and f16) need "
           "9.0",
-          v, major, minor);
+          env_value("BONSAI_CUDA_GEMM"), major, minor);
     }
-    if (v == "f16") return GemmKernel::f16;
-    return v == "wgmma" ? GemmKernel::wgmma : GemmKernel::wgmma_cp;
+    return *k;
   }();
   return choice;
 }
 
+// Default 1: grids of fewer blocks than SMs stay on mma.sync (H200: 5120 x 1024 at t = 256,
+// 32 blocks, 19.7 us against 26.8 on wgmma; at t = 512, 64 blocks, 38.0 against 37.5), all
+// larger ones run wgmma (6144 x 5120 at t = 256, 160 blocks: 81.2 against 79.2 us). pp512:
+// 4348 with 1, 4350 with 0, 4225 with 2, 4130 with 4 (docs/performance.md, "Prefill GEMM").
+// Blocks per SM, 0 to 16.
+int knob::gemm_wg_min_blocks() { return env_int("BONSAI_CUDA_GEMM_WG_MIN", 1, 0, 16); }
+
 int gemm_wg_min_blocks() {
-  static const int min_blocks = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_MIN");
-    const std::string_view v = e ? e : "";
-    // Default 1: grids of fewer blocks than SMs stay on mma.sync (H200: 5120 x 1024 at t = 256,
-    // 32 blocks, 19.7 us against 26.8 on wgmma; at t = 512, 64 blocks, 38.0 against 37.5), all
-    // larger ones run wgmma (6144 x 5120 at t = 256, 160 blocks: 81.2 against 79.2 us). pp512:
-    // 4348 with 1, 4350 with 0, 4225 with 2, 4130 with 4 (docs/performance.md, "Prefill GEMM").
-    if (v.empty()) return 1;
-    int n = -1;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 16)
-      fail("BONSAI_CUDA_GEMM_WG_MIN: '{}' is not a number of blocks per SM (0 to 16)", v);
-    return n;
-  }();
+  static const int min_blocks = knob::gemm_wg_min_blocks();
   return min_blocks;
 }
 
+// fp16 activation terms, 1 or 2.
+int knob::gemm_f16_terms() { return env_int_in("BONSAI_CUDA_GEMM_F16_TERMS", 1, {1, 2}); }
+
 int gemm_f16_terms() {
-  static const int terms = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TERMS");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "1") return 1;
-    if (v == "2") return 2;
-    fail("BONSAI_CUDA_GEMM_F16_TERMS: '{}' is not a number of fp16 activation terms (1 or 2)", v);
-  }();
+  static const int terms = knob::gemm_f16_terms();
   return terms;
 }
 
+// The fp16 GEMM's consumer pipelining, 0 or 1.
+int knob::gemm_f16_pipe() { return env_flag("BONSAI_CUDA_GEMM_F16_PIPE", false) ? 1 : 0; }
+
 int gemm_f16_pipe() {
-  static const int pipe = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_PIPE");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "0") return 0;
-    if (v == "1") return 1;
-    fail("BONSAI_CUDA_GEMM_F16_PIPE: '{}' is not a consumer pipelining of the fp16 GEMM (0 or 1)", v);
-  }();
+  static const int pipe = knob::gemm_f16_pipe();
   return pipe;
 }
 
@@ -171,64 +165,50 @@ GemmF16Shape gemm_f16_model(int rowblocks, int t, int kblocks, int64_t outs, int
   return best;
 }
 
+// Default 5 (H200, t = 512: the 27B GEMM launches 39.78 against 40.94 ms with 3, pp512 8496 /
+// 8482 against 8373 / 8345, alternated; docs/performance.md, "Prefill GEMM", session 7, round
+// 2). 3 (41.05 against 41.48 ms with 4) and 4 stay as knobs.
+int knob::gemm_f16_decode() { return env_int_in("BONSAI_CUDA_GEMM_F16_DECODE", 5, {3, 4, 5}); }
+
 int gemm_f16_decode() {
-  static const int decode = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_DECODE");
-    const std::string_view v = e ? e : "";
-    // Default 5 (H200, t = 512: the 27B GEMM launches 39.78 against 40.94 ms with 3, pp512 8496 /
-    // 8482 against 8373 / 8345, alternated; docs/performance.md, "Prefill GEMM", session 7, round
-    // 2). 3 (41.05 against 41.48 ms with 4) and 4 stay as knobs.
-    if (v.empty() || v == "5") return 5;
-    if (v == "3") return 3;
-    if (v == "4") return 4;
-    fail("BONSAI_CUDA_GEMM_F16_DECODE: '{}' is not a weight decode of the fp16 GEMM (3, 4 or 5)", v);
-  }();
+  static const int decode = knob::gemm_f16_decode();
   return decode;
 }
 
+// A gain in percent, 0 to 10 (gemm_f16_model's tail_gain).
+int knob::gemm_f16_tail_gain() { return env_int("BONSAI_CUDA_GEMM_F16_TAIL_GAIN", 3, 0, 10); }
+
 int gemm_f16_tail_gain() {
-  static const int gain = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TAIL_GAIN");
-    const std::string_view v = e ? e : "";
-    if (v.empty()) return 3;
-    int n = -1;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 10)
-      fail("BONSAI_CUDA_GEMM_F16_TAIL_GAIN: '{}' is not a gain in percent (0 to 10)", v);
-    return n;
-  }();
+  static const int gain = knob::gemm_f16_tail_gain();
   return gain;
+}
+
+// Default off (-1; H200, t = 512: the 27B GEMM launches 41.37 ms with 1 against 40.98 without,
+// pp512 8328.78 / 8285.19 against 8427.62 / 8335.34, alternated: a second piece per SM and up
+// to 6 ranges per tile cost more than the model's kFix; docs/performance.md, "Prefill GEMM",
+// session 7, round 2). Else a gain in percent, 0 to 10.
+int knob::gemm_f16_stream() {
+  const std::string_view v = env_value("BONSAI_CUDA_GEMM_F16_STREAM");
+  if (v.empty() || v == "off") return -1;
+  int n = 0;
+  if (!parse_decimal(v, n) || n < 0 || n > 10)
+    env_refuse("BONSAI_CUDA_GEMM_F16_STREAM", v, "off or an integer in 0 .. 10");
+  return n;
 }
 
 int gemm_f16_stream() {
-  static const int gain = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_STREAM");
-    const std::string_view v = e ? e : "";
-    // Default off (H200, t = 512: the 27B GEMM launches 41.37 ms with 1 against 40.98 without,
-    // pp512 8328.78 / 8285.19 against 8427.62 / 8335.34, alternated: a second piece per SM and up
-    // to 6 ranges per tile cost more than the model's kFix; docs/performance.md, "Prefill GEMM",
-    // session 7, round 2).
-    if (v.empty() || v == "off") return -1;
-    int n = -1;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-    if (ec != std::errc{} || end != v.data() + v.size() || n < 0 || n > 10)
-      fail("BONSAI_CUDA_GEMM_F16_STREAM: '{}' is not a gain in percent (0 to 10) or off", v);
-    return n;
-  }();
+  static const int gain = knob::gemm_f16_stream();
   return gain;
 }
 
+// Default tail (H200, t = 512: the 27B GEMM launches 41.48 against 45.62 ms with reduce, pp512
+// 7821 / 7783 against 7415 / 7369; docs/performance.md, "Prefill GEMM", session 7).
+int knob::gemm_f16_sums() {
+  return env_choice<int>("BONSAI_CUDA_GEMM_F16_SUMS", {{"reduce", 0}, {"fixup", 1}, {"tail", 2}}, 2);
+}
+
 int gemm_f16_sums() {
-  static const int sums = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_SUMS");
-    const std::string_view v = e ? e : "";
-    // Default tail (H200, t = 512: the 27B GEMM launches 41.48 against 45.62 ms with reduce, pp512
-    // 7821 / 7783 against 7415 / 7369; docs/performance.md, "Prefill GEMM", session 7).
-    if (v.empty() || v == "tail") return 2;
-    if (v == "reduce") return 0;
-    if (v == "fixup") return 1;
-    fail("BONSAI_CUDA_GEMM_F16_SUMS: '{}' is not a split-K form of the fp16 GEMM (reduce, fixup or tail)", v);
-  }();
+  static const int sums = knob::gemm_f16_sums();
   return sums;
 }
 
@@ -237,93 +217,71 @@ int gemm_f16_block_tokens(int tokens, int grid256, int grid128, int sm_count) {
   return gemm_wg_block_tokens(128, grid128, sm_count);
 }
 
+// Default `model` (0; H200, pp512 6714.04 / 6724.39 against 6320.08 / 6310.37 with 128, the
+// grid rule, alternated; docs/performance.md, "Prefill GEMM", session 6, round 2).
+int knob::gemm_f16_tokens() {
+  return env_choice<int>("BONSAI_CUDA_GEMM_F16_TOKENS", {{"128", 128}, {"256", 256}, {"model", 0}}, 0);
+}
+
 int gemm_f16_tokens() {
-  static const int tokens = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_TOKENS");
-    const std::string_view v = e ? e : "";
-    // Default `model` (H200, pp512 6714.04 / 6724.39 against 6320.08 / 6310.37 with 128, the
-    // grid rule, alternated; docs/performance.md, "Prefill GEMM", session 6, round 2).
-    if (v.empty() || v == "model") return 0;
-    if (v == "128") return 128;
-    if (v == "256") return 256;
-    fail("BONSAI_CUDA_GEMM_F16_TOKENS: '{}' is not a token rule of the fp16 GEMM (128, 256 or model)", v);
-  }();
+  static const int tokens = knob::gemm_f16_tokens();
   return tokens;
 }
 
+// The fp16 GEMM's ring depth, 4 or 6.
+int knob::gemm_f16_stages() { return env_int_in("BONSAI_CUDA_GEMM_F16_STAGES", 4, {4, 6}); }
+
 int gemm_f16_stages() {
-  static const int stages = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_STAGES");
-    const std::string_view v = e ? e : "";
-    if (v.empty() || v == "4") return 4;
-    if (v == "6") return 6;
-    fail("BONSAI_CUDA_GEMM_F16_STAGES: '{}' is not a ring depth of the fp16 GEMM (4 or 6)", v);
-  }();
+  static const int stages = knob::gemm_f16_stages();
   return stages;
 }
 
+// Default 1, a persistent grid (H200, pp512 6301.73 / 6292.98 against 5988.60 / 5974.98 with 0,
+// alternated; docs/performance.md, "Prefill GEMM", session 6, round 2).
+int knob::gemm_f16_persist() { return env_flag("BONSAI_CUDA_GEMM_F16_PERSIST", true) ? 1 : 0; }
+
 int gemm_f16_persist() {
-  static const int persist = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_F16_PERSIST");
-    const std::string_view v = e ? e : "";
-    // Default 1 (H200, pp512 6301.73 / 6292.98 against 5988.60 / 5974.98 with 0, alternated;
-    // docs/performance.md, "Prefill GEMM", session 6, round 2).
-    if (v.empty() || v == "1") return 1;
-    if (v == "0") return 0;
-    fail("BONSAI_CUDA_GEMM_F16_PERSIST: '{}' is not a grid of the fp16 GEMM (0 or 1)", v);
-  }();
+  static const int persist = knob::gemm_f16_persist();
   return persist;
 }
 
+// Default 128: 2 activation boxes per stage instead of 8.
+int knob::gemm_wg_swizzle() { return env_int_in("BONSAI_CUDA_GEMM_WG_SWIZZLE", 128, {32, 128}); }
+
 int gemm_wg_swizzle() {
-  static const int swizzle = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_SWIZZLE");
-    const std::string_view v = e ? e : "";
-    // Default 128: 2 activation boxes per stage instead of 8.
-    if (v.empty() || v == "128") return 128;
-    if (v == "32") return 32;
-    fail("BONSAI_CUDA_GEMM_WG_SWIZZLE: '{}' is not an activation swizzle of the wgmma kernel (32 or 128)", v);
-  }();
+  static const int swizzle = knob::gemm_wg_swizzle();
   return swizzle;
 }
 
+// Default 2: the next k-block's shared-memory reads and A gather while the current wgmmas
+// run (docs/performance.md, "Prefill GEMM", round 3); 0 keeps round 2's loop.
+int knob::gemm_wg_loop() { return env_int("BONSAI_CUDA_GEMM_WG_LOOP", 2, 0, 2); }
+
 int gemm_wg_loop() {
-  static const int loop = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_LOOP");
-    const std::string_view v = e ? e : "";
-    // Default 2: the next k-block's shared-memory reads and A gather while the current wgmmas
-    // run (docs/performance.md, "Prefill GEMM", round 3); 0 keeps round 2's loop.
-    if (v.empty() || v == "2") return 2;
-    if (v == "1") return 1;
-    if (v == "0") return 0;
-    fail("BONSAI_CUDA_GEMM_WG_LOOP: '{}' is not a consumer loop of the wgmma producer kernel (0, 1 or 2)", v);
-  }();
+  static const int loop = knob::gemm_wg_loop();
   return loop;
 }
 
+int knob::gemm_wg_tokens() {
+  // 128 tokens: stages of 39 KB (8 would exceed the 227 KB of shared memory) and the 128-byte
+  // swizzle's two boxes of 128 tokens (the 32-byte kernel stays at 64).
+  const int stages = knob::gemm_wg_stages(), swizzle = knob::gemm_wg_swizzle();
+  const bool fits = stages == 4 && swizzle == 128;
+  // Default 128 (H200: pp512 4703 / 4702 against 4501 / 4497 with 64, alternated; all 27B
+  // matmuls at t = 512 81.8 against 85.7 ms; docs/performance.md, "Prefill GEMM", round 4),
+  // 64 where BONSAI_CUDA_GEMM_WG_STAGES=8 or _WG_SWIZZLE=32 ask for the 64-token kernel.
+  const int tokens = env_int_in("BONSAI_CUDA_GEMM_WG_TOKENS", fits ? 128 : 64, {64, 128});
+  if (tokens == 128 && stages != 4)
+    usage_fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 runs 4 stages; BONSAI_CUDA_GEMM_WG_STAGES={} does not fit",
+               stages);
+  if (tokens == 128 && swizzle != 128)
+    usage_fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 needs the 128-byte swizzle (BONSAI_CUDA_GEMM_WG_SWIZZLE={})",
+               swizzle);
+  return tokens;
+}
+
 int gemm_wg_tokens() {
-  static const int tokens = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_TOKENS");
-    const std::string_view v = e ? e : "";
-    // 128 tokens: stages of 39 KB (8 would exceed the 227 KB of shared memory) and the 128-byte
-    // swizzle's two boxes of 128 tokens (the 32-byte kernel stays at 64).
-    const bool fits = gemm_wg_stages() == 4 && gemm_wg_swizzle() == 128;
-    // Default 128 (H200: pp512 4703 / 4702 against 4501 / 4497 with 64, alternated; all 27B
-    // matmuls at t = 512 81.8 against 85.7 ms; docs/performance.md, "Prefill GEMM", round 4),
-    // 64 where BONSAI_CUDA_GEMM_WG_STAGES=8 or _WG_SWIZZLE=32 ask for the 64-token kernel.
-    if (v.empty()) return fits ? 128 : 64;
-    if (v == "64") return 64;
-    if (v != "128")
-      fail("BONSAI_CUDA_GEMM_WG_TOKENS: '{}' is not a token count per block of the wgmma kernel (64 or 128)",
-           v);
-    if (gemm_wg_stages() != 4)
-      fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 runs 4 stages; BONSAI_CUDA_GEMM_WG_STAGES={} does not fit",
-           gemm_wg_stages());
-    if (gemm_wg_swizzle() != 128)
-      fail("BONSAI_CUDA_GEMM_WG_TOKENS=128 needs the 128-byte swizzle (BONSAI_CUDA_GEMM_WG_SWIZZLE={})",
-           gemm_wg_swizzle());
-    return 128;
-  }();
+  static const int tokens = knob::gemm_wg_tokens();
   return tokens;
 }
 
@@ -331,30 +289,22 @@ int gemm_wg_block_tokens(int tokens, int grid128, int sm_count) {
   return tokens == 128 && grid128 >= sm_count ? 128 : kGemmTokens;
 }
 
+// Default 1 (256-byte rows, no split sectors): all 27B matmuls at t = 512 1 % faster, pp512
+// +0.9 % on the H200 (docs/performance.md, "Prefill GEMM"); 0 keeps the padded rows.
+int knob::gemm_stage() { return env_flag("BONSAI_CUDA_GEMM_STAGE", true) ? 1 : 0; }
+
 int gemm_stage() {
-  static const int stage = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_STAGE");
-    const std::string_view v = e ? e : "";
-    // Default 1 (256-byte rows, no split sectors): all 27B matmuls at t = 512 1 % faster, pp512
-    // +0.9 % on the H200 (docs/performance.md, "Prefill GEMM"); 0 keeps the padded rows.
-    if (v.empty() || v == "1") return 1;
-    if (v == "0") return 0;
-    fail("BONSAI_CUDA_GEMM_STAGE: '{}' is not an activation staging of the mma.sync GEMM (0 or 1)", v);
-  }();
+  static const int stage = knob::gemm_stage();
   return stage;
 }
 
+// Default 4 (since round 3): the same microbench time as 8 (27B matmuls at t = 512 85.74
+// against 85.82 ms with consumer loop 2), pp512 4486 against 4428-4430 (one unalternated run;
+// round 2 measured +0.8 % too), and half the shared memory. 8 keeps the deeper ring.
+int knob::gemm_wg_stages() { return env_int_in("BONSAI_CUDA_GEMM_WG_STAGES", 4, {4, 8}); }
+
 int gemm_wg_stages() {
-  static const int stages = [] {
-    const char* e = std::getenv("BONSAI_CUDA_GEMM_WG_STAGES");
-    const std::string_view v = e ? e : "";
-    // Default 4 (since round 3): the same microbench time as 8 (27B matmuls at t = 512 85.74
-    // against 85.82 ms with consumer loop 2), pp512 4486 against 4428-4430 (one unalternated run;
-    // round 2 measured +0.8 % too), and half the shared memory. 8 keeps the deeper ring.
-    if (v.empty() || v == "4") return 4;
-    if (v == "8") return 8;
-    fail("BONSAI_CUDA_GEMM_WG_STAGES: '{}' is not a ring depth of the wgmma producer kernel (4 or 8)", v);
-  }();
+  static const int stages = knob::gemm_wg_stages();
   return stages;
 }
 

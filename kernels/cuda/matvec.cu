@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/matvec_common.cuh"
 #include "kernels/cuda/quant.cuh"
@@ -425,19 +426,15 @@ struct MatvecConfig {
   int reserve = 0;                   // blocks of that count left free
 };
 
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  return std::clamp(std::atoi(e), lo, hi);
-}
-
 const MatvecConfig& matvec_config() {
   static const MatvecConfig cfg = [] {
     MatvecConfig c;
-    c.ring = env_int("BONSAI_CUDA_MV_RING", 3, 1, kMaxRing);
-    c.min_units = env_int("BONSAI_CUDA_MV_MIN", 3, 1, 1 << 20);
-    c.blocks_per_sm = env_int("BONSAI_CUDA_MV_BPS", kBlocksPerSm, 1, kBlocksPerSm);
-    c.reserve = env_int("BONSAI_CUDA_MV_RESERVE", 0, 0, 64);
+    // Parsed in kernels/cuda/knobs.cpp (out-of-range values are errors there).
+    static_assert(knob::kMvMaxRing == kMaxRing && knob::kMvBlocksPerSm == kBlocksPerSm);
+    c.ring = knob::mv_ring();
+    c.min_units = knob::mv_min();
+    c.blocks_per_sm = knob::mv_bps();
+    c.reserve = knob::mv_reserve();
     return c;
   }();
   return cfg;

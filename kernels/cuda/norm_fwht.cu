@@ -9,6 +9,7 @@
 
 #include "bonsai/error.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/site_fwht.cuh"
@@ -521,17 +522,9 @@ bool residual_norm_site_split(const float* x, const SplitSums& delta, float* x_o
 }
 
 int residual_split_form() {
-  static const int form = [] {
-    const char* e = std::getenv("BONSAI_CUDA_RES_SPLIT");
-    const std::string_view v = e ? e : "";
-    if (v.empty()) return 3;
-    if (v.size() != 1 || v[0] < '0' || v[0] > '3')
-      fail(
-          "BONSAI_CUDA_RES_SPLIT='{}': expected 0 (the session-6 site), 1 (lean), 2 (lean with st.async "
-          "pushes) or 3 (2 with its registers capped at 128, the default)",
-          v);
-    return v[0] - '0';
-  }();
+  // 0 the session-6 site, 1 lean, 2 lean with st.async pushes, 3 (default) 2 with its registers
+  // capped at 128 (launch.h); parsed in kernels/cuda/knobs.cpp.
+  static const int form = knob::res_split();
   return form;
 }
 
