@@ -63,30 +63,31 @@ TEST(TokenizeCli, ListsIdsWithPieces) {
 }
 
 TEST(TokenizeCli, Errors) {
-  const std::string vocab = (kDir / "qwen3-vocab.gguf").string();
+  // An existing file that is not GGUF: the argument checks below must refuse before the model is read,
+  // so they need no fixture (a missing -m would refuse them for the wrong reason).
+  testing::TempPath junk("junk");
+  testing::write_file(junk.path, "not a gguf file at all");
   auto r = run_bonsai("tokenize -m /nonexistent/model.gguf -p hi");
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
   r = run_bonsai("tokenize -p hi");  // no model
   EXPECT_EQ(r.rc, 2) << r.err;
-  r = run_bonsai("tokenize -m " + shq(vocab));  // no text
+  r = run_bonsai("tokenize -m " + shq(junk.path));  // no text
   EXPECT_EQ(r.rc, 2) << r.err;
-  r = run_bonsai("tokenize -m " + shq(vocab) + " -f /nonexistent/prompt.txt");
+  r = run_bonsai("tokenize -m " + shq(junk.path) + " -f /nonexistent/prompt.txt");
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("-f"), std::string::npos) << r.err;
   // A file that is not GGUF: a bad file, exit 1.
-  testing::TempPath junk("junk");
-  testing::write_file(junk.path, "not a gguf file at all");
   r = run_bonsai("tokenize -m " + shq(junk.path) + " -p hi");
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_TRUE(r.out.empty());
   // A logits-only model (no_vocab): a clear message, exit 1.
-  const fs::path no_vocab = fs::path(BONSAI_FIXTURES_DIR) / "tiny-b128" / "model.pq2_0.gguf";
-  if (fs::exists(no_vocab)) {
-    r = run_bonsai("tokenize -m " + shq(no_vocab.string()) + " -p hi");
-    EXPECT_EQ(r.rc, 1) << r.err;
-    EXPECT_NE(r.err.find("model has no vocabulary; text commands need one"), std::string::npos) << r.err;
-  }
+  testing::TempPath no_vocab("no-vocab.gguf");
+  r = run_bonsai("synth --preset tiny --no-vocab -q -o " + shq(no_vocab.path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_bonsai("tokenize -m " + shq(no_vocab.path) + " -p hi");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("model has no vocabulary; text commands need one"), std::string::npos) << r.err;
 }
 
 }  // namespace
