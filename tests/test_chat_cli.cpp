@@ -193,6 +193,22 @@ TEST_F(TextCli, UsageErrorsExit2) {
   }
 }
 
+TEST_F(TextCli, UnknownPathIsRefusedBeforeTheModelLoads) {
+  // A typo in --path must not cost a multi-GB load first: every command checks the name up front.
+  const std::vector<std::string> cmds = {"run" + m() + "--path gpu -p hi", "chat" + m() + "--backend gpu",
+                                         "bench" + m() + "--path fast,gpu -p 0 -n 1 -r 1",
+                                         "gate /nonexistent/manifest.json --path gpu"};
+  for (const auto& args : cmds) {
+    const CliResult r = run_bonsai(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("unknown compute path 'gpu' (available: auto, ref, fast"), std::string::npos)
+        << args << "\n"
+        << r.err;
+    EXPECT_EQ(r.err.find("load"), std::string::npos) << args << "\n" << r.err;  // nothing loaded or read
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+}
+
 TEST_F(TextCli, NoVocabModelIsRefused) {
   testing::TempPath nv("novocab.gguf");
   ASSERT_EQ(run_bonsai("synth --preset tiny --no-vocab -q -o " + shq(nv.path)).rc, 0);

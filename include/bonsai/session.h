@@ -24,6 +24,12 @@ struct SessionOptions {
   int prefill_chunk = 0;     // tokens per batched forward in prefill(); 0 = the backend's choice
 };
 
+// The compute-path names SessionOptions::path takes in this build ("auto", "ref", "fast", ...).
+std::vector<std::string> backend_names();
+// Refuses (UsageError) a name this build would not take, listing the valid ones, so that a front end
+// can reject a typo before it loads a model of several GB.
+void check_backend_name(const std::string& path);
+
 // Time spent per backend op since the last clear (SessionOptions::profile).
 struct OpProfile {
   std::string op;  // e.g. "matmul ffn_gate+ffn_up", "gdn_recurrence"

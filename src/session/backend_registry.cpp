@@ -35,9 +35,18 @@ std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads) 
   // "cuda": device 0 (CUDA_VISIBLE_DEVICES picks another); fails when no device is usable.
   if (path == "cuda") return std::make_unique<CudaBackend>(0);
 #endif
-  std::string names;
-  for (const auto& n : backend_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
-  usage_fail("unknown compute path '{}' (available: {})", path, names);
+  check_backend_name(path);
+  fail("create_backend: path '{}' is listed but not handled", path);  // a bug, not bad input
+}
+
+void check_backend_name(const std::string& path) {
+  const std::vector<std::string> names = backend_names();
+  for (const auto& n : names)
+    if (n == path) return;
+  std::string list;
+  for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
+  if (path == "cuda") usage_fail("compute path 'cuda': this build has no CUDA backend (available: {})", list);
+  usage_fail("unknown compute path '{}' (available: {})", path, list);
 }
 
 }  // namespace bonsai

@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "bonsai/session.h"
 #include "kernels/backend.h"
 
 namespace bonsai {
 
 std::unique_ptr<Backend> create_backend(const std::string& path, int n_threads);
-std::vector<std::string> backend_names();
+// backend_names() and check_backend_name(): bonsai/session.h.
 
 }  // namespace bonsai

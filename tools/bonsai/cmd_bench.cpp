@@ -73,6 +73,7 @@ std::string human_params(uint64_t n) {
 
 void run(const BenchCli& o) {
   if (o.reps < 1) usage_fail("-r/--repetitions must be >= 1 (got {})", o.reps);
+  for (const auto& p : o.paths) check_backend_name(p);
   for (int p : o.n_prompt)
     if (p < 0) usage_fail("-p/--n-prompt values must be >= 0 (got {})", p);
   for (int n : o.n_gen)

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bonsai/error.h"
+#include "bonsai/session.h"
 #include "commands.h"
 #include "gate/gate.h"
 
@@ -17,6 +18,7 @@ struct GateCli {
 
 void run(GateCli& g) {
   GateOptions& o = g.o;
+  check_backend_name(o.path);
   if (g.criteria == "auto")
     o.criteria = o.path == "ref" ? GateCriteria::Strict : GateCriteria::Fast;
   else if (g.criteria == "strict")

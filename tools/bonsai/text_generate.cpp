@@ -12,6 +12,7 @@
 
 #include "bonsai/error.h"
 #include "bonsai/gguf.h"
+#include "bonsai/session.h"
 #include "text_cli.h"
 
 namespace bonsai::cli {
@@ -24,6 +25,7 @@ void TextOptions::validate() {
   if (n_ubatch < 0 || n_ubatch > 4096)
     usage_fail("-ub/--ubatch-size must be in [1, 4096], or 0 for the backend's choice, got {}", n_ubatch);
   if (seed < -1) usage_fail("-s/--seed must be >= 0, or -1 for a random seed, got {}", seed);
+  check_backend_name(path);
   if (reasoning != "on" && reasoning != "off")
     usage_fail("--reasoning must be on or off, got '{}'", reasoning);
   sampling.seed = seed < 0 ? SamplerParams::kRandomSeed : static_cast<uint64_t>(seed);
