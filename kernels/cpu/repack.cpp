@@ -25,7 +25,8 @@ HugeBuffer::HugeBuffer(size_t bytes) : n_(bytes) {
   constexpr size_t kHuge = size_t{2} << 20, kPage = 4096;
   const size_t len = (bytes + kPage - 1) / kPage * kPage;
   void* raw = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) fail("cpu repack: cannot map {} bytes of anonymous memory", bytes);
+  if (raw == MAP_FAILED)
+    fail("cannot map {} bytes ({:.2f} GB) of anonymous memory", bytes, static_cast<double>(bytes) / 1e9);
   auto* r = static_cast<uint8_t*>(raw);
   auto* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(r) + kHuge - 1) & ~uintptr_t{kHuge - 1});
   if (p > r) munmap(r, static_cast<size_t>(p - r));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 
 #include "bonsai/error.h"
@@ -58,6 +59,20 @@ Graph::Graph(const Model& model, Backend& backend, int n_ctx)
 
   state_.n_ctx = n_ctx;
   const int64_t kv = prod(c_.n_head_kv, c_.head_dim_k);
+  // The KV cache is the one allocation the user sizes (-c): a failure names it and its size.
+  auto alloc_kv = [&] {
+    try {
+      return be_.alloc(static_cast<size_t>(n_ctx) * kv);
+    } catch (const std::exception& e) {  // bonsai::Error from mmap/cudaMalloc, bad_alloc from the reference
+      uint32_t n_attn = 0;
+      for (uint32_t l = 0; l < c_.n_layer; ++l) n_attn += c_.recurrent[l] ? 0 : 1;
+      const double gb = 2.0 * n_attn * static_cast<double>(n_ctx) * static_cast<double>(kv) * 4 / 1e9;
+      fail(
+          "KV cache for a context of {} positions ({} attention layer{}, {:.2f} GB as f32) could not be "
+          "allocated; use a smaller context size (-c): {}",
+          n_ctx, n_attn, n_attn == 1 ? "" : "s", gb, e.what());
+    }
+  };
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     if (c_.recurrent[il]) {
       state_.k_cache.push_back(nullptr);
@@ -66,8 +81,8 @@ Graph::Graph(const Model& model, Backend& backend, int n_ctx)
       state_.ssm_state.push_back(
           be_.alloc(static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim()));
     } else {
-      state_.k_cache.push_back(be_.alloc(static_cast<size_t>(n_ctx) * kv));
-      state_.v_cache.push_back(be_.alloc(static_cast<size_t>(n_ctx) * kv));
+      state_.k_cache.push_back(alloc_kv());
+      state_.v_cache.push_back(alloc_kv());
       state_.conv_state.push_back(nullptr);
       state_.ssm_state.push_back(nullptr);
     }

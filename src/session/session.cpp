@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "bonsai/error.h"
 #include "model/graph.h"
 #include "session/backend_registry.h"
@@ -28,6 +30,11 @@ struct Session::Impl {
     const ModelConfig& c = m.config();
     n_ctx = o.n_ctx > 0 ? o.n_ctx : static_cast<int>(c.n_ctx_train);
     if (n_ctx <= 0) usage_fail("context size must be positive (got {})", n_ctx);
+    if (c.n_ctx_train > 0 && static_cast<uint32_t>(n_ctx) > c.n_ctx_train)
+      spdlog::warn(
+          "context size {} is larger than the model's trained context {}: positions past it were "
+          "never trained",
+          n_ctx, c.n_ctx_train);
     if (o.prefill_chunk < 0 || o.prefill_chunk > 4096)
       usage_fail("prefill chunk must be in [1, 4096], or 0 for the backend's choice (got {})",
                  o.prefill_chunk);
