@@ -25,6 +25,10 @@ struct ModelWeights;  // src/model/weights.h
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+  // The same checks on a file already opened (GgufFile::open or from_memory;
+  // an in-memory image must outlive the Model). The fuzzer loads this way so
+  // that ASan sees any read past the exact end of the image.
+  static std::unique_ptr<Model> from_gguf(GgufFile f, const LoadOptions& opts = {});
   ~Model();
 
   const std::string& path() const { return file_.path(); }

@@ -12,8 +12,13 @@ Model::Model(GgufFile f) : file_(std::move(f)) {}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
-  std::unique_ptr<Model> m(new Model(GgufFile::open(path)));
+  return from_gguf(GgufFile::open(path), opts);
+}
+
+std::unique_ptr<Model> Model::from_gguf(GgufFile file, const LoadOptions& opts) {
+  std::unique_ptr<Model> m(new Model(std::move(file)));
   const GgufFile& f = m->file_;
+  const std::string& path = f.path();
   m->config_ = ModelConfig::from_gguf(f);
   m->hadamard_ = HadamardSpec::parse(f);
   if (m->hadamard_) {
