@@ -1,5 +1,7 @@
 #include "bonsai/config.h"
 
+#include <cstdint>
+
 #include "bonsai/error.h"
 #include "bonsai/gguf.h"
 
@@ -35,6 +37,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.ssm_n_v = f.get_u32(key("ssm.time_step_rank"));
   c.ssm_n_k = f.get_u32(key("ssm.group_count"));
 
+  // Checked before the per-layer vector is sized from it: every block has at
+  // least 11 tensors, so a count above the file's tensors cannot be valid, and
+  // a hostile 2^32-1 must not cost a 4 GiB allocation before that is noticed.
+  if (c.n_layer > f.tensors().size())
+    fail("{}: key '{}' = {} is more than the {} tensors in the file (every block has at least 11)", f.path(),
+         key("block_count"), c.n_layer, f.tensors().size());
   c.recurrent.assign(c.n_layer, 0);
   if (f.has(key("attention.recurrent_layers"))) {
     const GgufValue& r = f.get_array(key("attention.recurrent_layers"));
@@ -52,7 +60,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (f.has(key("vocab_size"))) {
     c.n_vocab = f.get_u32(key("vocab_size"));
   } else if (f.has("tokenizer.ggml.tokens")) {
-    c.n_vocab = static_cast<uint32_t>(f.get_array("tokenizer.ggml.tokens").count);
+    const uint64_t n = f.get_array("tokenizer.ggml.tokens").count;
+    if (n > UINT32_MAX) fail("{}: key 'tokenizer.ggml.tokens' has {} entries, more than 2^32-1", f.path(), n);
+    c.n_vocab = static_cast<uint32_t>(n);
   } else {
     c.n_vocab = static_cast<uint32_t>(f.tensor("token_embd.weight").dim(1));
   }
@@ -80,6 +90,38 @@ void ModelConfig::validate(const std::string& where) const {
   need(rms_eps > 0 && rms_eps < 1, "attention.layer_norm_rms_epsilon must be in (0, 1)");
   need(rope_base > 0, "rope.freq_base must be > 0");
   need(recurrent.size() == n_layer, "one layer kind per block");
+  // The widths the graph derives are uint32 products (config.h) and the graph
+  // and kernels index with int: a product that wraps could match a small
+  // tensor's shape and send the forward pass far out of bounds, so each is
+  // computed in 64-bit here and must stay within int32.
+  const uint64_t H = n_head, HKV = n_head_kv, DK = head_dim_k, DV = head_dim_v;
+  const uint64_t NK = ssm_n_k, DS = ssm_d_state, DI = ssm_d_inner;
+  // Two uint32 factors cannot overflow uint64, three can (2·H·DK up to 2^65): saturate.
+  auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  auto add = [](uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  const struct {
+    uint64_t value;
+    const char* what;
+  } widths[] = {
+      {n_embd, "embedding_length"},
+      {n_ff, "feed_forward_length"},
+      {n_vocab, "vocab"},
+      {n_ctx_train, "context_length"},
+      {mul(2 * H, DK), "2 x attention.head_count x key_length (attn_q rows)"},
+      {H * DV, "attention.head_count x value_length (attn_output width)"},
+      {HKV * DK, "attention.head_count_kv x key_length (attn_k rows)"},
+      {add(mul(2 * NK, DS), DI), "2 x ssm.group_count x ssm.state_size + ssm.inner_size (attn_qkv rows)"},
+      {DS * DI, "ssm.state_size x ssm.inner_size (recurrent state per layer)"},
+  };
+  for (const auto& w : widths)
+    if (w.value > static_cast<uint64_t>(INT32_MAX))
+      fail("{}: inconsistent qwen35 hyperparameters: {} = {} exceeds 2^31-1", where, w.what, w.value);
 }
 
 ModelConfig ModelConfig::bonsai2_27b() {

@@ -58,11 +58,18 @@ std::unique_ptr<HadamardSpec> HadamardSpec::parse(const GgufFile& f) {
     const GgufValue& values = f.get_array(k("sign_values"));
     if (!values.elems || values.elem_type == GgufType::BOOL)
       fail("{}: key '{}' must be a numeric array (int8/int16/int32/float32)", path, k("sign_values"));
+    // The widths must add up to the number of values. Summed with a bound on
+    // each step: a plain uint64 sum of hostile widths can wrap around to the
+    // value count, after which a sign vector of 2^63 floats would be allocated.
     uint64_t total = 0;
+    std::set<int64_t> seen;
     for (uint64_t i = 0; i < widths.count; ++i) {
       int64_t w = widths.elem_i64(i);
       if (w <= 0) fail("{}: key '{}': width #{} = {} must be positive", path, k("sign_widths"), i, w);
-      if (h->signs.count(w)) fail("{}: key '{}': width {} is listed twice", path, k("sign_widths"), w);
+      if (!seen.insert(w).second) fail("{}: key '{}': width {} is listed twice", path, k("sign_widths"), w);
+      if (static_cast<uint64_t>(w) > values.count - total)
+        fail("{}: key '{}' has {} values but '{}' add up to more (through width #{} = {})", path,
+             k("sign_values"), values.count, k("sign_widths"), i, w);
       total += static_cast<uint64_t>(w);
     }
     if (total != values.count)
