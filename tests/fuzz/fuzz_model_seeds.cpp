@@ -9,8 +9,8 @@
 // mutations stay fast. The
 // variants cover each ternary format, both ways of giving the layer kinds
 // (full_attention_interval / attention.recurrent_layers), the tied head
-// (prism.hadamard.version 2), BF16/F16 alpha/beta, no vocabulary, and the
-// unrotated F32 twin (no prism.hadamard keys). --with-tiny adds the `tiny`
+// (prism.hadamard.version 2), BF16/F16 alpha/beta, no vocabulary, identity
+// signs, and the unrotated F32 twin (no prism.hadamard keys). --with-tiny adds the `tiny`
 // preset (about 1 MB; it needs a larger -max_len).
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +23,7 @@
 
 #include "bonsai/error.h"
 #include "bonsai/gguf.h"
+#include "bonsai/gguf_writer.h"
 #include "bonsai/model.h"
 #include "bonsai/synth.h"
 #include "bonsai/tokenizer.h"
@@ -50,6 +51,27 @@ void model(const std::string& dir, const std::string& name, const SynthOptions& 
   check(path);
 }
 
+// The same model with prism.hadamard.sign_mode = identity and no sign keys.
+// The writer only produces explicit signs, and the fuzzer did not turn
+// "explicit" into "identity" (plus drop the sign keys) in ~37 minutes.
+void identity_copy(const std::string& dir, const std::string& name, const std::string& src) {
+  const GgufFile f = GgufFile::open(src);
+  GgufWriter w(f.version());
+  for (const auto& [k, v] : f.metadata()) {
+    if (k == "prism.hadamard.sign_widths" || k == "prism.hadamard.sign_values") continue;
+    if (k == "prism.hadamard.sign_mode") {
+      w.add_string(k, "identity");
+      continue;
+    }
+    w.add_value(k, v);
+  }
+  for (const auto& t : f.tensors())
+    w.add_tensor_bytes(t.name, t.ggml_type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  const std::string path = dir + "/" + name + ".gguf";
+  w.write_file(path);
+  check(path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +88,7 @@ int main(int argc, char** argv) {
     o.weight_type = DType::PTQ1_0;
     o.with_vocab = false;
     model(dir, "mini_ptq1_novocab", o);
+    identity_copy(dir, "mini_ptq1_identity", dir + "/mini_ptq1_novocab.gguf");
 
     o = mini();
     o.weight_type = DType::Q2_0_G128;
