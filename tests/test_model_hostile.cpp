@@ -129,6 +129,12 @@ TEST(HostileModel, BlockCountBeyondTheTensors) {
     expect_refused(rewrite(set_u32("qwen35.block_count", n)), "block_count.gguf", "qwen35.block_count");
 }
 
+// context_length = 0 used to load and fail later in the session with a message
+// that named no key.
+TEST(HostileModel, ZeroContextLength) {
+  expect_refused(rewrite(set_u32("qwen35.context_length", 0)), "ctx.gguf", "qwen35.context_length");
+}
+
 // sign_widths whose uint64 sum wraps around to the number of sign values:
 // (2^63-1) + (2^63-1) + 130 = 2^64 + 128. The check passed and a sign vector
 // of 2^63-1 floats was allocated (std::length_error, not a bonsai::Error).

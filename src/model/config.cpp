@@ -19,6 +19,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.n_embd = f.get_u32(key("embedding_length"));
   c.n_ff = f.get_u32(key("feed_forward_length"));
   c.n_ctx_train = f.get_u32(key("context_length"));
+  if (c.n_ctx_train == 0)
+    fail("{}: key '{}' must be > 0 (the trained context, in positions)", f.path(), key("context_length"));
   c.n_head = f.get_u32(key("attention.head_count"));
   c.n_head_kv = f.get_u32(key("attention.head_count_kv"));
   c.head_dim_k = f.get_u32(key("attention.key_length"));
