@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "bonsai/error.h"
+#include "bonsai/tokenizer.h"
 #include "model/hadamard.h"
 #include "model/weights.h"
 
@@ -46,10 +47,7 @@ std::unique_ptr<Model> Model::from_gguf(GgufFile file, const LoadOptions& opts) 
   return m;
 }
 
-bool Model::has_vocab() const {
-  std::string_view t = file_.get_string_or("tokenizer.ggml.model", "");
-  return !t.empty() && t != "no_vocab" && file_.has("tokenizer.ggml.tokens");
-}
+bool Model::has_vocab() const { return Tokenizer::has_vocab(file_); }  // one rule for both
 
 uint64_t Model::weight_bytes() const {
   uint64_t b = 0;
