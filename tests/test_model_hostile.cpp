@@ -129,6 +129,64 @@ TEST(HostileModel, BlockCountBeyondTheTensors) {
     expect_refused(rewrite(set_u32("qwen35.block_count", n)), "block_count.gguf", "qwen35.block_count");
 }
 
+// Adds `key` through `put` (written right after general.architecture) and drops any
+// earlier value of it.
+MetaEdit add_key(const std::string& key, std::function<void(GgufWriter&)> put) {
+  return [key, put](const std::string& k, const GgufValue& v, GgufWriter& w) {
+    if (k == key) return true;
+    if (k != "general.architecture") return false;
+    w.add_value(k, v);
+    put(w);
+    return true;
+  };
+}
+
+MetaEdit both(MetaEdit a, MetaEdit b) {
+  return [a, b](const std::string& k, const GgufValue& v, GgufWriter& w) { return a(k, v, w) || b(k, v, w); };
+}
+
+// Loader paths fuzz_model did not reach (docs/building.md, "Fuzzing"): each gets one
+// error naming the file and the key or tensor.
+TEST(HostileModel, TiedOutputNeedsVersion2) {
+  const auto tied = add_key("prism.hadamard.tied_output",
+                            [](GgufWriter& w) { w.add_bool("prism.hadamard.tied_output", true); });
+  expect_refused(rewrite(both(tied, set_u32("prism.hadamard.version", 1))), "tied_v1.gguf",
+                 "prism.hadamard.tied_output");
+}
+
+TEST(HostileModel, TiedOutputNextToAnOutputWeight) {
+  const auto tied = add_key("prism.hadamard.tied_output",
+                            [](GgufWriter& w) { w.add_bool("prism.hadamard.tied_output", true); });
+  const std::string msg =
+      load_error(rewrite(both(tied, set_u32("prism.hadamard.version", 2))), "tied_out.gguf");
+  EXPECT_EQ(msg.rfind("tied_out.gguf: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("prism.hadamard.tied_output"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("output.weight"), std::string::npos) << msg;
+}
+
+TEST(HostileModel, InverseNamesWithoutTheEmbedding) {
+  const auto none = add_key("prism.hadamard.inverse_weight_names", [](GgufWriter& w) {
+    w.add_array_strings("prism.hadamard.inverse_weight_names", {});
+  });
+  expect_refused(rewrite(none), "inverse_empty.gguf", "prism.hadamard.inverse_weight_names");
+  const auto other = add_key("prism.hadamard.inverse_weight_names", [](GgufWriter& w) {
+    w.add_array_strings("prism.hadamard.inverse_weight_names", {"output.weight"});
+  });
+  expect_refused(rewrite(other), "inverse_other.gguf", "prism.hadamard.inverse_weight_names");
+}
+
+TEST(HostileModel, FoldedLinearOfAnIntegerType) {
+  // A linear stored as I32 (right shape, right byte count; F32/F16/BF16 linears are valid, e.g. the
+  // unrotated float twin): the loader must refuse the type rather than bind it.
+  const std::string name = "blk.0.ffn_down.weight";
+  const auto f32 = [name](const GgufTensor& t, GgufWriter& w) {
+    if (t.name != name) return false;
+    w.add_tensor_bytes(t.name, ggml_type::I32, t.ne, std::vector<uint8_t>(t.ne[0] * t.ne[1] * 4, 0));
+    return true;
+  };
+  expect_refused(rewrite({}, f32), "i32_linear.gguf", name);
+}
+
 // context_length = 0 used to load and fail later in the session with a message
 // that named no key.
 TEST(HostileModel, ZeroContextLength) {
