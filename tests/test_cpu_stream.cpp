@@ -18,6 +18,7 @@
 #include "bonsai/formats.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matvec.h"
+#include "kernels/cpu/matvec_kernels.h"
 #include "kernels/cpu/repack.h"
 #include "runtime/cpu_features.h"
 #include "runtime/thread_pool.h"
@@ -143,6 +144,46 @@ TEST(StreamMatvec, EqualsLanes) {
         }
       }
     }
+}
+
+// The software prefetch distance (TernaryArgs::prefetch; BONSAI_CPU_STREAM_PF4 / _PF8) only
+// moves lines into L2: the kernel with no prefetch and with leads of 64 B .. 64 KiB (past the
+// tensor's end too, which a prefetch may touch) gives the same floats, row groups of 4 and 8,
+// faithful and int8, whole row groups and rows run one at a time.
+TEST(StreamMatvec, PrefetchDistanceChangesNothing) {
+  if (!isa_supported(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (const Shape sh : kShapes) {
+    const int64_t n = sh.n, k = sh.nb * 128;
+    const auto file = random_matrix(DType::PQ2_0, n, k, static_cast<uint32_t>(n * 31 + sh.nb));
+    std::vector<uint8_t> stream(static_cast<size_t>(stream_total_bytes(n, k)));
+    pack_stream_rows({DType::PQ2_0, file.data(), n, k}, stream.data(), 0, n);
+    const auto x = gaussian(k, static_cast<uint32_t>(3 * k + n));
+    for (Precision prec : {Precision::Faithful, Precision::Int8}) {
+      PreparedAct act;
+      prepare_act(x.data(), k, prec, act, layout_bit(ActLayout::Lanes16));
+      const PackedAct& p = act.packed[static_cast<int>(ActLayout::Lanes16)];
+      detail::TernaryArgs args{};
+      args.w = stream.data();
+      args.row_bytes = stream_group_rows(k);
+      args.n_blocks = sh.nb;
+      args.end = stream.data() + stream.size();
+      args.a = {p.hi.data(), prec == Precision::Faithful ? p.lo.data() : nullptr, p.corr.data(),
+                p.scale.data(), p.n_groups};
+      args.prefetch = 0;
+      std::vector<float> want(n, -1.0f), got(n, -2.0f);
+      detail::pq2_stream_rows_avx512(args, want.data(), 0, n);
+      for (const int64_t lead : {64, 4096, 8192, 65536}) {
+        args.prefetch = lead;
+        std::fill(got.begin(), got.end(), -2.0f);
+        detail::pq2_stream_rows_avx512(args, got.data(), 0, n);
+        const int64_t cut = n / 2 + 1;  // a range boundary inside a row group (one row at a time)
+        detail::pq2_stream_rows_avx512(args, got.data(), cut, n);
+        const std::string what = "n " + std::to_string(n) + " nb " + std::to_string(sh.nb) + " lead " +
+                                 std::to_string(lead) + (prec == Precision::Faithful ? " faithful" : " int8");
+        for (int64_t r = 0; r < n; ++r) ASSERT_EQ(got[r], want[r]) << what << " row " << r;
+      }
+    }
+  }
 }
 
 // The GEMM reads Stream16 through its own loader (decode_stream): bit-identical

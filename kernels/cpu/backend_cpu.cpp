@@ -18,6 +18,8 @@ CpuBackend::CpuBackend(int n_threads, Isa isa, cpu::Precision precision)
     : pool_(n_threads > 0 ? n_threads : default_thread_count()), isa_(isa), precision_(precision) {
   name_ = fmt::format("cpu-{}{}", isa_name(isa_), precision_ == cpu::Precision::Int8 ? "-int8" : "");
   repack_policy_ = cpu::repack_policy_from_env();
+  (void)cpu::stream_prefetch_bytes(4);  // the knobs refused here, not in the middle of a step
+  (void)cpu::stream_prefetch_bytes(8);
 }
 
 void CpuBackend::prepare(Weight& w) {

@@ -8,6 +8,7 @@
 
 #include "bonsai/error.h"
 #include "kernels/cpu/matvec_kernels.h"
+#include "runtime/env.h"
 
 namespace bonsai::cpu {
 namespace {
@@ -97,6 +98,7 @@ Bound bind(const WeightView& w, const PreparedAct& a, Isa isa) {
     b.targs.end = w.data + stream_total_bytes(w.n, w.k);
     b.targs.a = packed_view(a, ActLayout::Lanes16);
     b.targs.scales = nullptr;
+    b.targs.prefetch = stream_prefetch_bytes(b.targs.row_bytes);
     return b;
   }
   if (w.layout == WeightLayout::Lanes16) {
@@ -195,6 +197,12 @@ int64_t weight_row_bytes(const WeightView& w) {
 }
 
 }  // namespace
+
+int64_t stream_prefetch_bytes(int64_t group_rows) {
+  static const int64_t four = env_int("BONSAI_CPU_STREAM_PF4", 0, 0, 65536);
+  static const int64_t eight = env_int("BONSAI_CPU_STREAM_PF8", 8192, 0, 65536);
+  return group_rows >= 8 ? eight : four;
+}
 
 uint32_t layouts_for(const WeightView& w) {
   return w.layout != WeightLayout::File ? layout_bit(ActLayout::Lanes16) : layouts_for(w.type);

@@ -35,6 +35,9 @@ struct TernaryArgs {
   const uint8_t* end;
   PackedView a;
   const uint8_t* scales;  // Lanes16 only
+  // Stream16 only: how far ahead (bytes) the kernel prefetches its stream into L2, 0 none
+  // (matvec.cpp, stream_prefetch_bytes: BONSAI_CPU_STREAM_PF4 / _PF8).
+  int64_t prefetch = 0;
 };
 
 // Float weights: 0 = F32, 1 = F16, 2 = BF16; x is the f32 activation.

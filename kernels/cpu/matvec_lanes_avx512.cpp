@@ -276,9 +276,12 @@ void rows_r(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
 // 39.8 / 33.3, 16 KiB to L1 35.9 / 31.7, 8 KiB to L2 44.5 / 32.6 (Lanes16
 // 42.4 / 33.1); 17408 x 5120: 8 KiB to L2 47.3, 16 KiB 46.5, 32 KiB 44.6,
 // 4 KiB 40.0, 8 KiB to L1 28.1, none 24.3 (Lanes16 38.5) in fast windows.
-template <int RL>
-inline void stream_prefetch(const uint8_t* p) {
-  if constexpr (RL >= 8) _mm_prefetch(reinterpret_cast<const char*>(p + 8192), _MM_HINT_T1);
+// The distance is the caller's (TernaryArgs::prefetch: by default 0 for 4-row groups and
+// 8 KiB for 8-row groups, the measurements above; BONSAI_CPU_STREAM_PF4 / _PF8 set them, e.g.
+// for a many-core host whose loaded memory latency needs more lead than this 2-core VM's).
+template <bool kPf>
+inline void stream_prefetch(const uint8_t* p, int64_t ahead) {
+  if constexpr (kPf) _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T1);
 }
 
 // chunk_dot with one shift instead of three: w4 = w >> 4; planes 0 and 2
@@ -305,8 +308,9 @@ inline void chunk_dot_split(__m512i w, const __m512i (&h)[4], const __m512i (&l)
 }
 inline __m512i split_combine(__m512i a, __m512i b) { return _mm512_add_epi32(a, _mm512_srai_epi32(b, 2)); }
 
-template <int RL, int R, bool kFaithful>
+template <int RL, int R, bool kFaithful, bool kPf>
 void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y) {
+  const int64_t pf = args.prefetch;
   // The one-shift unpack for the int8 mode (hot, one core: 32.4 -> 38.4 GB/s
   // at K = 5120); in the faithful mode it measured slower (18.8 GB/s with
   // R = 4: 16 accumulators spill; 17.5 with pairs of rows) than the shifts (24-26).
@@ -331,7 +335,7 @@ void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y)
       load_planes<kFaithful>(a, j * kChunks + c, h, l);
       const uint8_t* sp = gp + c * kStep;
       for (int i = 0; i < R; ++i) {
-        stream_prefetch<RL>(sp + i * 64);
+        stream_prefetch<kPf>(sp + i * 64, pf);
         if constexpr (kSplit)
           chunk_dot_split<kFaithful>(_mm512_loadu_si512(sp + i * 64), h, l, sp4[i]);
         else
@@ -344,7 +348,7 @@ void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y)
         if constexpr (kFaithful) al[i] = split_combine(sp4[i][2], sp4[i][3]);
       }
     const uint8_t* sc = base + j * kGroup + kChunks * kStep + i0 * 32;
-    for (int m = 0; m < R * 32; m += 64) stream_prefetch<RL>(sc + m);
+    for (int m = 0; m < R * 32; m += 64) stream_prefetch<kPf>(sc + m, pf);
     const __m512i corr = _mm512_load_si512(a.corr + j * 16);
     const __m512 sv = _mm512_load_ps(a.scale + j * 16);
     for (int i = 0; i < R; ++i) {
@@ -365,7 +369,7 @@ void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y)
       load_planes<kFaithful>(a, n_full * kChunks + c, h, l);
       const uint8_t* sp = tp + c * kStep + i0 * 64;
       for (int i = 0; i < R; ++i) {
-        stream_prefetch<RL>(sp + i * 64);
+        stream_prefetch<kPf>(sp + i * 64, pf);
         if constexpr (kSplit)
           chunk_dot_split<kFaithful>(_mm512_loadu_si512(sp + i * 64), h, l, sp4[i]);
         else
@@ -378,7 +382,7 @@ void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y)
         if constexpr (kFaithful) al[i] = split_combine(sp4[i][2], sp4[i][3]);
       }
     const uint8_t* sc = tp + steps * kStep + i0 * 2 * tail;
-    for (int m = 0; m < R * 2 * tail; m += 64) stream_prefetch<RL>(sc + m);
+    for (int m = 0; m < R * 2 * tail; m += 64) stream_prefetch<kPf>(sc + m, pf);
     const __m512i corr = _mm512_load_si512(a.corr + n_full * 16);
     const __m512 sv = _mm512_load_ps(a.scale + n_full * 16);
     for (int i = 0; i < R; ++i) {
@@ -393,7 +397,7 @@ void stream_rows(const TernaryArgs& args, const uint8_t* base, int i0, float* y)
 
 // Rows [r0, r1): whole row groups with all RL rows side by side, rows of a
 // partly covered row group (a range boundary inside it) one at a time.
-template <int RL, bool kFaithful>
+template <int RL, bool kFaithful, bool kPf>
 void stream_range(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
   const int64_t nb = args.n_blocks, tail = nb % kLanesGroupBlocks;
   const int64_t tail_bytes = tail == 0 ? 0 : ((tail <= 8 ? 4 : 8) * 64 * RL + 2 * tail * RL + 63) / 64 * 64;
@@ -402,10 +406,10 @@ void stream_range(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
     const uint8_t* base = args.w + r / RL * rgb;
     const int i0 = static_cast<int>(r % RL);
     if (i0 == 0 && r + RL <= r1) {
-      stream_rows<RL, RL, kFaithful>(args, base, 0, y + r);
+      stream_rows<RL, RL, kFaithful, kPf>(args, base, 0, y + r);
       r += RL;
     } else {
-      stream_rows<RL, 1, kFaithful>(args, base, i0, y + r);
+      stream_rows<RL, 1, kFaithful, kPf>(args, base, i0, y + r);
       r += 1;
     }
   }
@@ -414,11 +418,20 @@ void stream_range(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
 }  // namespace
 
 void pq2_stream_rows_avx512(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
-  const bool faithful = args.a.lo != nullptr;
-  if (args.row_bytes == 8)
-    faithful ? stream_range<8, true>(args, y, r0, r1) : stream_range<8, false>(args, y, r0, r1);
-  else
-    faithful ? stream_range<4, true>(args, y, r0, r1) : stream_range<4, false>(args, y, r0, r1);
+  const bool faithful = args.a.lo != nullptr, pf = args.prefetch > 0;
+  if (args.row_bytes == 8) {
+    if (pf)
+      faithful ? stream_range<8, true, true>(args, y, r0, r1) : stream_range<8, false, true>(args, y, r0, r1);
+    else
+      faithful ? stream_range<8, true, false>(args, y, r0, r1)
+               : stream_range<8, false, false>(args, y, r0, r1);
+  } else {
+    if (pf)
+      faithful ? stream_range<4, true, true>(args, y, r0, r1) : stream_range<4, false, true>(args, y, r0, r1);
+    else
+      faithful ? stream_range<4, true, false>(args, y, r0, r1)
+               : stream_range<4, false, false>(args, y, r0, r1);
+  }
 }
 
 void pq2_lanes_rows_avx512(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
