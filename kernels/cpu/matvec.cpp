@@ -199,7 +199,7 @@ int64_t weight_row_bytes(const WeightView& w) {
 }  // namespace
 
 int64_t stream_prefetch_bytes(int64_t group_rows) {
-  static const int64_t four = env_int("BONSAI_CPU_STREAM_PF4", 0, 0, 65536);
+  static const int64_t four = env_int("BONSAI_CPU_STREAM_PF4", 8192, 0, 65536);
   static const int64_t eight = env_int("BONSAI_CPU_STREAM_PF8", 8192, 0, 65536);
   return group_rows >= 8 ? eight : four;
 }

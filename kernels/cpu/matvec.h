@@ -175,11 +175,12 @@ struct WeightView {
 inline WeightView view_of(const Weight& w) { return {w.type, w.data, w.n, w.k}; }
 uint32_t layouts_for(const WeightView& w);
 // How far ahead (bytes) the Stream16 kernels prefetch a row group stream of `group_rows` rows
-// into L2 (0: none), read once per process: BONSAI_CPU_STREAM_PF4 for 4-row groups (K <= 6144;
-// default 0, the hardware prefetchers kept up on the 2-core development VM) and
-// BONSAI_CPU_STREAM_PF8 for 8-row groups (K = 17408; default 8192), each 0..65536; any other
-// value is a UsageError (CpuBackend's constructor reads both, so it fails there).
-// docs/performance.md, "CPU decode on 16 cores (session 12)".
+// into L2 (0: none), read once per process: BONSAI_CPU_STREAM_PF4 for 4-row groups (K <= 6144)
+// and BONSAI_CPU_STREAM_PF8 for 8-row groups (K = 17408), each 0..65536, default 8192 for both;
+// any other value is a UsageError (CpuBackend's constructor reads both, so it fails there).
+// 4-row groups had no software prefetch until session 12 (on the 2-core development VM the
+// hardware prefetchers kept up); on a 16-core Xeon 8 KiB ahead made the 27B's decode 1.3-1.6x
+// faster at 2 to 16 threads: docs/performance.md, "CPU decode on 16 cores (session 12)".
 int64_t stream_prefetch_bytes(int64_t group_rows);
 
 // Lanes16 geometry: code bytes per row (k/128 blocks × 32, padded to 64) and

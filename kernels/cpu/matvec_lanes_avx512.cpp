@@ -267,18 +267,21 @@ void rows_r(const TernaryArgs& args, float* y, int64_t r0, int64_t r1) {
 // the same per-chunk and per-group arithmetic as rows_impl, the code chunk
 // of row i, group j, chunk c at base + j·544·RL + c·64·RL + i·64 and the
 // group's scales right after its 8 chunks. With R = RL every load advances
-// through the row group linearly. Software prefetch: none for 4-row groups
-// (one sequential stream: the hardware prefetchers keep up), 8 KiB ahead
-// into L2 for 8-row groups (K = 17408, whose 36 KB activation fills L1).
+// through the row group linearly. Software prefetch: 8 KiB ahead into L2 (into
+// L2, not L1: for 8-row groups, K = 17408, the 36 KB activation fills L1).
+// Session 4 chose none for 4-row groups on the development VM (one sequential
+// stream: its hardware prefetchers kept up); see below for why that changed.
 // Measured with bench/regime_probe.cpp (prefetch variants interleaved pass
 // by pass in one process, 16:07-16:10; GB/s, fast / slow host windows):
 // 5120 x 17408: none 44.5 / 33.9, 4 KiB to L1 43.0 / 33.8, 8 KiB to L1
 // 39.8 / 33.3, 16 KiB to L1 35.9 / 31.7, 8 KiB to L2 44.5 / 32.6 (Lanes16
 // 42.4 / 33.1); 17408 x 5120: 8 KiB to L2 47.3, 16 KiB 46.5, 32 KiB 44.6,
 // 4 KiB 40.0, 8 KiB to L1 28.1, none 24.3 (Lanes16 38.5) in fast windows.
-// The distance is the caller's (TernaryArgs::prefetch: by default 0 for 4-row groups and
-// 8 KiB for 8-row groups, the measurements above; BONSAI_CPU_STREAM_PF4 / _PF8 set them, e.g.
-// for a many-core host whose loaded memory latency needs more lead than this 2-core VM's).
+// The distance is the caller's (TernaryArgs::prefetch, matvec.h stream_prefetch_bytes: 8 KiB
+// into L2 for both row group sizes since session 12). The measurements above are the 2-core
+// development VM's, where 4-row groups did as well without; on a 16-core Xeon host they need
+// the lead (27B decode at 16 threads 10.7 -> 15.1 t/s, at 2 threads 2.10 -> 3.37;
+// docs/performance.md, "CPU decode on 16 cores (session 12)").
 template <bool kPf>
 inline void stream_prefetch(const uint8_t* p, int64_t ahead) {
   if constexpr (kPf) _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T1);
