@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -207,6 +208,21 @@ TEST_F(TextCli, UnknownPathIsRefusedBeforeTheModelLoads) {
     EXPECT_EQ(r.err.find("load"), std::string::npos) << args << "\n" << r.err;  // nothing loaded or read
     EXPECT_TRUE(r.out.empty()) << args;
   }
+}
+
+TEST_F(TextCli, BadCpuPrefetchKnobIsRefused) {
+  // BONSAI_CPU_STREAM_PF4 / _PF8 (kernels/cpu/matvec.h): one line naming the variable, the value and
+  // the range, exit 2, nothing on stdout; read when the CPU backend is made (the child inherits it).
+  for (const char* name : {"BONSAI_CPU_STREAM_PF4", "BONSAI_CPU_STREAM_PF8"})
+    for (const char* value : {"-5", "65537", "8k"}) {
+      ASSERT_EQ(::setenv(name, value, 1), 0);
+      const CliResult r = run_bonsai("bench" + m() + "--path fast -p 0 -n 1 -r 1 --no-bandwidth");
+      ::unsetenv(name);
+      const std::string want = std::string(name) + "='" + value + "': expected an integer in 0 .. 65536";
+      EXPECT_EQ(r.rc, 2) << name << "=" << value << "\n" << r.err;
+      EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+      EXPECT_EQ(r.out.find("tg1"), std::string::npos) << r.out;
+    }
 }
 
 TEST_F(TextCli, NoVocabModelIsRefused) {
