@@ -130,9 +130,59 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
   }
 }
 
+// Sites large enough to run on the pool (>= 4096 elements: split at Hadamard blocks or rows)
+// give the floats of one thread's pass, bit for bit: one row (the norm on the caller, the FWHT
+// split at blocks), a batch of rows, blocks too small to split (64: not a task of its own), no
+// transform (block 0), and with and without act.
+TEST_P(CpuBackendOps, SitesOnThePoolEqualOneThread) {
+  CpuBackend one(1, std::get<0>(GetParam()), cpu::Precision::Faithful);
+  struct Case {
+    int64_t rows, n, block;
+  };
+  for (const Case c : {Case{1, 5120, 1024}, Case{3, 2048, 1024}, Case{1, 17408, 1024}, Case{5, 1024, 64},
+                       Case{2, 4096, 8}, Case{1, 6144, 0}, Case{4, 1536, 512}}) {
+    const int64_t rows = c.rows, n = c.n, m = rows * n;
+    const std::string what =
+        "rows " + std::to_string(rows) + " n " + std::to_string(n) + " block " + std::to_string(c.block);
+    auto x = randn(m, 30), d = randn(m, 31), g = randn(n, 32), s = randn(n, 33);
+    for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
+    Weight gain;
+    gain.type = DType::F32;
+    gain.k = n;
+    gain.n = 1;
+    gain.data = reinterpret_cast<const uint8_t*>(g.data());
+    for (bool with_delta : {true, false}) {
+      std::vector<float> xo1(m), xo2(m), n1(m), n2(m), r1(m), r2(m);
+      be_->residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo1.data(), gain, s.data(), c.block,
+                              n1.data(), r1.data(), rows, n, 1e-6f);
+      one.residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo2.data(), gain, s.data(), c.block,
+                             n2.data(), r2.data(), rows, n, 1e-6f);
+      EXPECT_EQ(xo1, xo2) << what;
+      EXPECT_EQ(n1, n2) << what;
+      EXPECT_EQ(r1, r2) << what;
+    }
+    for (bool with_act : {true, false}) {
+      std::vector<float> a1(m, -3.0f), a2(m, -3.0f), r1(m), r2(m);
+      be_->swiglu_site(x.data(), d.data(), with_act ? a1.data() : nullptr, s.data(), c.block, r1.data(), rows,
+                       n);
+      one.swiglu_site(x.data(), d.data(), with_act ? a2.data() : nullptr, s.data(), c.block, r2.data(), rows,
+                      n);
+      EXPECT_EQ(a1, a2) << what;
+      EXPECT_EQ(r1, r2) << what << (with_act ? " act" : " in place");
+    }
+    if (c.block > 0)
+      for (bool inverse : {false, true}) {
+        std::vector<float> h1(m), h2(m);
+        be_->hadamard(x.data(), s.data(), h1.data(), rows, n, c.block, inverse);
+        one.hadamard(x.data(), s.data(), h2.data(), rows, n, c.block, inverse);
+        EXPECT_EQ(h1, h2) << what << " inverse " << inverse;
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(IsaThreads, CpuBackendOps,
                          ::testing::Combine(::testing::Values(Isa::Avx2, Isa::Avx512),
-                                            ::testing::Values(1, 2)),
+                                            ::testing::Values(1, 2, 3)),
                          [](const ::testing::TestParamInfo<Param>& p) {
                            return std::string(isa_name(std::get<0>(p.param))) + "_t" +
                                   std::to_string(std::get<1>(p.param));

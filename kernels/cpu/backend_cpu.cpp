@@ -87,9 +87,28 @@ bool CpuBackend::fast_type(DType t) {
   }
 }
 
+namespace {
+// Sites run on the pool once they hold this many elements (smaller ones: the hand-out costs more
+// than it saves). The work is split at Hadamard blocks (or rows), each piece computed by the same
+// functions on the same elements as one pass over the row, so the floats do not depend on it.
+constexpr int64_t kSiteParallelElems = 4096;
+// A block a task may take alone: a whole number of 16-float vectors, so that a vector kernel
+// (swiglu_avx2) sees the same lanes and no tail it would not see in one pass.
+bool block_tasks(int64_t n, int64_t block) { return block >= 16 && block % 16 == 0 && n % block == 0; }
+}  // namespace
+
 void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k,
                           int64_t block, bool inverse) {
-  for (int64_t r = 0; r < rows; ++r) cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
+  if (rows * k < kSiteParallelElems || pool_.size() == 1 || !block_tasks(k, block)) {
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
+    return;
+  }
+  const int64_t nb = k / block;  // one task per (row, Hadamard block)
+  pool_.parallel_for(rows * nb, [&](int64_t i, int) {
+    const int64_t o = (i / nb) * k + (i % nb) * block, c = (i % nb) * block;
+    cpu::hadamard_row(x + o, signs ? signs + c : nullptr, y + o, block, block, inverse, isa_);
+  });
 }
 
 void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x_out, const Weight& gain,
@@ -99,7 +118,11 @@ void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x
   // row; the FWHT then runs on the (cache-hot) row. Same f32 operations as the
   // reference ops in the same order, so results are bit-identical to them.
   const float* gw = gain.f32();
-  for (int64_t r = 0; r < rows; ++r) {
+  // Rows are independent: one task per row for a batch; a single row's FWHT is split at its
+  // Hadamard blocks (the norm, one Σx² in order, stays on this thread).
+  const bool par = rows * n >= kSiteParallelElems && pool_.size() > 1;
+  const bool split_fwht = par && rows == 1 && block > 0 && block_tasks(n, block);
+  auto row = [&](int64_t r) {
     const float* xr = x + r * n;
     float* xo = x_out + r * n;
     float ss = 0;
@@ -118,27 +141,48 @@ void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x
     const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     float* nr = normed + r * n;
     for (int64_t i = 0; i < n; ++i) nr[i] = xo[i] * scale * gw[i];
+    if (split_fwht) return;  // below, on the pool
     if (block > 0)
       cpu::hadamard_row(nr, signs, rotated + r * n, n, block, false, isa_);
     else
       std::copy(nr, nr + n, rotated + r * n);
+  };
+  if (!par) {
+    for (int64_t r = 0; r < rows; ++r) row(r);
+  } else if (!split_fwht) {
+    pool_.parallel_for(rows, [&](int64_t r, int) { row(r); });
+  } else {
+    row(0);
+    pool_.parallel_for(n / block, [&](int64_t b, int) {
+      const int64_t o = b * block;
+      cpu::hadamard_row(normed + o, signs ? signs + o : nullptr, rotated + o, block, block, false, isa_);
+    });
   }
 }
 
 void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs,
                              int64_t block, float* rotated, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = gate + r * n;
-    const float* u = up + r * n;
-    float* a = (act ? act : rotated) + r * n;  // act null: in place (hadamard_row reads x first)
+  // Elements [o, o + len) of row r: SwiGLU, then their FWHT (len a whole number of blocks).
+  auto piece = [&](int64_t r, int64_t o, int64_t len) {
+    const float* g = gate + r * n + o;
+    const float* u = up + r * n + o;
+    float* a = (act ? act : rotated) + r * n + o;  // act null: in place (hadamard_row reads x first)
     if (isa_ == Isa::Scalar)
-      for (int64_t i = 0; i < n; ++i) a[i] = ref::silu(g[i]) * u[i];
+      for (int64_t i = 0; i < len; ++i) a[i] = ref::silu(g[i]) * u[i];
     else
-      cpu::swiglu_avx2(g, u, a, n);  // polynomial exp: a few ulp from the reference
+      cpu::swiglu_avx2(g, u, a, len);  // polynomial exp: a few ulp from the reference
     if (block > 0)
-      cpu::hadamard_row(a, signs, rotated + r * n, n, block, false, isa_);
+      cpu::hadamard_row(a, signs ? signs + o : nullptr, rotated + r * n + o, len, block, false, isa_);
     else if (act)
-      std::copy(a, a + n, rotated + r * n);
+      std::copy(a, a + len, rotated + r * n + o);
+  };
+  if (rows * n < kSiteParallelElems || pool_.size() == 1) {
+    for (int64_t r = 0; r < rows; ++r) piece(r, 0, n);
+  } else if (block > 0 && block_tasks(n, block)) {  // one task per (row, Hadamard block)
+    const int64_t nb = n / block;
+    pool_.parallel_for(rows * nb, [&](int64_t i, int) { piece(i / nb, (i % nb) * block, block); });
+  } else {
+    pool_.parallel_for(rows, [&](int64_t r, int) { piece(r, 0, n); });
   }
 }
 
