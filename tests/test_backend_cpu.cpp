@@ -130,17 +130,18 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
   }
 }
 
-// Sites large enough to run on the pool (>= 4096 elements: split at Hadamard blocks or rows)
-// give the floats of one thread's pass, bit for bit: one row (the norm on the caller, the FWHT
-// split at blocks), a batch of rows, blocks too small to split (64: not a task of its own), no
+// Sites large enough to run on the pool (>= 4096 elements and >= 8 tasks: split at Hadamard
+// blocks or rows) give the floats of one thread's pass, bit for bit: single rows (17 blocks
+// split, 5 or 6 not), batches of rows (the residual site from 8 rows), blocks of 8 .. 1024, no
 // transform (block 0), and with and without act.
 TEST_P(CpuBackendOps, SitesOnThePoolEqualOneThread) {
   CpuBackend one(1, std::get<0>(GetParam()), cpu::Precision::Faithful);
   struct Case {
     int64_t rows, n, block;
   };
-  for (const Case c : {Case{1, 5120, 1024}, Case{3, 2048, 1024}, Case{1, 17408, 1024}, Case{5, 1024, 64},
-                       Case{2, 4096, 8}, Case{1, 6144, 0}, Case{4, 1536, 512}}) {
+  for (const Case c :
+       {Case{1, 5120, 1024}, Case{3, 2048, 1024}, Case{1, 17408, 1024}, Case{5, 1024, 64}, Case{2, 4096, 8},
+        Case{1, 6144, 0}, Case{4, 1536, 512}, Case{9, 1024, 1024}, Case{12, 512, 0}}) {
     const int64_t rows = c.rows, n = c.n, m = rows * n;
     const std::string what =
         "rows " + std::to_string(rows) + " n " + std::to_string(n) + " block " + std::to_string(c.block);

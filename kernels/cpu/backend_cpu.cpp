@@ -92,6 +92,10 @@ namespace {
 // than it saves). The work is split at Hadamard blocks (or rows), each piece computed by the same
 // functions on the same elements as one pass over the row, so the floats do not depend on it.
 constexpr int64_t kSiteParallelElems = 4096;
+// ... and at least this many tasks: on 16 cores a hand-out to the pool costs about what one core
+// spends on 5-6 Hadamard blocks of 1024 (the 27B's residual site, 5 blocks, measured slower split
+// up: 1.79 -> 2.27 ms per token; its SwiGLU site, 17 blocks, faster: 2.39 -> 0.66 ms).
+constexpr int64_t kSiteMinTasks = 8;
 // A block a task may take alone: a whole number of 16-float vectors, so that a vector kernel
 // (swiglu_avx2) sees the same lanes and no tail it would not see in one pass.
 bool block_tasks(int64_t n, int64_t block) { return block >= 16 && block % 16 == 0 && n % block == 0; }
@@ -99,7 +103,8 @@ bool block_tasks(int64_t n, int64_t block) { return block >= 16 && block % 16 ==
 
 void CpuBackend::hadamard(const float* x, const float* signs, float* y, int64_t rows, int64_t k,
                           int64_t block, bool inverse) {
-  if (rows * k < kSiteParallelElems || pool_.size() == 1 || !block_tasks(k, block)) {
+  if (rows * k < kSiteParallelElems || pool_.size() == 1 || !block_tasks(k, block) ||
+      rows * (k / block) < kSiteMinTasks) {
     for (int64_t r = 0; r < rows; ++r)
       cpu::hadamard_row(x + r * k, signs, y + r * k, k, block, inverse, isa_);
     return;
@@ -118,10 +123,9 @@ void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x
   // row; the FWHT then runs on the (cache-hot) row. Same f32 operations as the
   // reference ops in the same order, so results are bit-identical to them.
   const float* gw = gain.f32();
-  // Rows are independent: one task per row for a batch; a single row's FWHT is split at its
-  // Hadamard blocks (the norm, one Σx² in order, stays on this thread).
-  const bool par = rows * n >= kSiteParallelElems && pool_.size() > 1;
-  const bool split_fwht = par && rows == 1 && block > 0 && block_tasks(n, block);
+  // Rows are independent: one task per row for a batch (a single row stays on this thread: its
+  // norm is one Σx² in order, and the 27B's 5-block FWHT did not pay for a hand-out).
+  const bool par = rows * n >= kSiteParallelElems && rows >= kSiteMinTasks && pool_.size() > 1;
   auto row = [&](int64_t r) {
     const float* xr = x + r * n;
     float* xo = x_out + r * n;
@@ -141,23 +145,15 @@ void CpuBackend::residual_norm_site(const float* x, const float* delta, float* x
     const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
     float* nr = normed + r * n;
     for (int64_t i = 0; i < n; ++i) nr[i] = xo[i] * scale * gw[i];
-    if (split_fwht) return;  // below, on the pool
     if (block > 0)
       cpu::hadamard_row(nr, signs, rotated + r * n, n, block, false, isa_);
     else
       std::copy(nr, nr + n, rotated + r * n);
   };
-  if (!par) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-  } else if (!split_fwht) {
+  if (par)
     pool_.parallel_for(rows, [&](int64_t r, int) { row(r); });
-  } else {
-    row(0);
-    pool_.parallel_for(n / block, [&](int64_t b, int) {
-      const int64_t o = b * block;
-      cpu::hadamard_row(normed + o, signs ? signs + o : nullptr, rotated + o, block, block, false, isa_);
-    });
-  }
+  else
+    for (int64_t r = 0; r < rows; ++r) row(r);
 }
 
 void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, const float* signs,
@@ -176,11 +172,13 @@ void CpuBackend::swiglu_site(const float* gate, const float* up, float* act, con
     else if (act)
       std::copy(a, a + len, rotated + r * n + o);
   };
-  if (rows * n < kSiteParallelElems || pool_.size() == 1) {
+  const bool by_block = block > 0 && block_tasks(n, block);
+  const int64_t tasks = by_block ? rows * (n / block) : rows;
+  if (rows * n < kSiteParallelElems || pool_.size() == 1 || tasks < kSiteMinTasks) {
     for (int64_t r = 0; r < rows; ++r) piece(r, 0, n);
-  } else if (block > 0 && block_tasks(n, block)) {  // one task per (row, Hadamard block)
+  } else if (by_block) {  // one task per (row, Hadamard block)
     const int64_t nb = n / block;
-    pool_.parallel_for(rows * nb, [&](int64_t i, int) { piece(i / nb, (i % nb) * block, block); });
+    pool_.parallel_for(tasks, [&](int64_t i, int) { piece(i / nb, (i % nb) * block, block); });
   } else {
     pool_.parallel_for(rows, [&](int64_t r, int) { piece(r, 0, n); });
   }
