@@ -8,9 +8,11 @@
 # sweep: PF4 0 / 1024 / 2048 / 4096 / 8192 and PF4 4096 + PF8 16384 at 16 threads, twice; 0 / 4096 at 8.
 # sweep2: PF4 8192 / 16384 / 32768 twice, PF8 16384 / 32768, and 0 / 8192 at 4 and 2 threads; a profile.
 # check: the new default (PF4 8192) against PF4 = 0 at 16 threads twice and at 8, with the read pass.
+# sites: BIN_DIR/bonsai (the sites on the thread pool) against BIN_DIR/bonsai_main (the binary before),
+#   pp64 and tg32 at 16 threads, alternated three times, then the new binary's per-op profile.
 # (The sweeps ran with a binary whose defaults were PF4 = 0, PF8 = 8192: their "default" arm is PF4 = 0.)
 set -uo pipefail
-mode=${1:?sweep|sweep2|check}
+mode=${1:?sweep|sweep2|check|sites}
 out=${2:?OUT_DIR}
 b=${3:-.prebuilt-cpu12}
 mkdir -p "$out"
@@ -56,8 +58,18 @@ case $mode in
     tg new 8 32 1 BONSAI_CPU_STREAM_PF4=8192
     tg old 8 32 1 BONSAI_CPU_STREAM_PF4=0
     ;;
+  sites)
+    for rep in 1 2 3; do
+      for bin in bonsai_main bonsai; do
+        $b/$bin bench -m $m --path fast -t 16 -p 64 -n 32 -r 2 --no-bandwidth > "$out/b.txt" 2>&1
+        echo "$bin: $(grep -E '\| (pp64|tg32) \|' "$out/b.txt" | awk -F'|' '{printf "%s %s  ", $7, $8}')"
+      done
+    done
+    $b/bonsai bench -m $m --path fast -t 16 -p 0 -n 16 -r 1 --no-bandwidth --profile > "$out/prof.txt" 2>&1
+    grep -E "\| tg16|^\| (swiglu|residual|hadamard|gdn|gated|total)" "$out/prof.txt"
+    ;;
   *)
-    echo "pf12.sh: unknown mode '$mode' (sweep, sweep2, check)" >&2
+    echo "pf12.sh: unknown mode '$mode' (sweep, sweep2, check, sites)" >&2
     exit 2
     ;;
 esac
