@@ -155,20 +155,50 @@ void BM_ssm_conv(benchmark::State& state) {
 }
 BENCHMARK(BM_ssm_conv)->ArgName("threads(0=ref)")->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
 
+// The 27B's SwiGLU and residual sites (17408 / 5120 wide, Hadamard blocks of 1024) for one row
+// (decode) and a prefill batch, on the reference (threads 0) and the CPU backend's pool: from 8
+// tasks a site is split at blocks or rows across the pool (kernels/cpu/backend_cpu.cpp).
 void BM_swiglu_site(benchmark::State& state) {
-  const int64_t n = 17408, block = 1024;
-  auto g = randn(n, 9), u = randn(n, 10), s = randn(n, 11);
+  const int64_t n = 17408, block = 1024, rows = state.range(1);
+  auto g = randn(n * rows, 9), u = randn(n * rows, 10), s = randn(n, 11);
   for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
-  std::vector<float> a(n), r(n);
+  std::vector<float> a(n * rows), r(n * rows);
   RefBackend ref;
-  Backend& be = state.range(0) == 0 ? static_cast<Backend&>(ref) : backend(1);
+  Backend& be = state.range(0) == 0 ? static_cast<Backend&>(ref) : backend(static_cast<int>(state.range(0)));
   for (auto _ : state) {
-    be.swiglu_site(g.data(), u.data(), a.data(), s.data(), block, r.data(), 1, n);
+    be.swiglu_site(g.data(), u.data(), a.data(), s.data(), block, r.data(), rows, n);
     benchmark::DoNotOptimize(r.data());
   }
-  state.SetItemsProcessed(state.iterations() * n);
+  state.SetItemsProcessed(state.iterations() * n * rows);
 }
-BENCHMARK(BM_swiglu_site)->ArgName("cpu(0=ref)")->Arg(0)->Arg(1);
+BENCHMARK(BM_swiglu_site)
+    ->ArgNames({"threads(0=ref)", "rows"})
+    ->ArgsProduct({{0, 1, 2}, {1, 32}})
+    ->UseRealTime();
+
+void BM_residual_site(benchmark::State& state) {
+  const int64_t n = 5120, block = 1024, rows = state.range(1);
+  auto x = randn(n * rows, 12), d = randn(n * rows, 13), gw = randn(n, 14), s = randn(n, 15);
+  for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
+  Weight gain;
+  gain.type = DType::F32;
+  gain.k = n;
+  gain.n = 1;
+  gain.data = reinterpret_cast<const uint8_t*>(gw.data());
+  std::vector<float> xo(n * rows), nr(n * rows), r(n * rows);
+  RefBackend ref;
+  Backend& be = state.range(0) == 0 ? static_cast<Backend&>(ref) : backend(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    be.residual_norm_site(x.data(), d.data(), xo.data(), gain, s.data(), block, nr.data(), r.data(), rows, n,
+                          1e-6f);
+    benchmark::DoNotOptimize(r.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n * rows);
+}
+BENCHMARK(BM_residual_site)
+    ->ArgNames({"threads(0=ref)", "rows"})
+    ->ArgsProduct({{0, 1, 2}, {1, 32}})
+    ->UseRealTime();
 
 // A 64-token prompt chunk through one 27B GDN layer: token walk vs chunked (WY) form.
 void BM_gdn_prefill64(benchmark::State& state) {
