@@ -180,11 +180,7 @@ void BM_residual_site(benchmark::State& state) {
   const int64_t n = 5120, block = 1024, rows = state.range(1);
   auto x = randn(n * rows, 12), d = randn(n * rows, 13), gw = randn(n, 14), s = randn(n, 15);
   for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
-  Weight gain;
-  gain.type = DType::F32;
-  gain.k = n;
-  gain.n = 1;
-  gain.data = reinterpret_cast<const uint8_t*>(gw.data());
+  const Weight gain = Weight::f32_view(gw.data(), n);
   std::vector<float> xo(n * rows), nr(n * rows), r(n * rows);
   RefBackend ref;
   Backend& be = state.range(0) == 0 ? static_cast<Backend&>(ref) : backend(static_cast<int>(state.range(0)));

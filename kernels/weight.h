@@ -24,6 +24,17 @@ struct Weight {
   bool empty() const { return data == nullptr; }
   size_t row_stride() const { return static_cast<size_t>(row_bytes(type, static_cast<uint64_t>(k))); }
   const float* f32() const { return reinterpret_cast<const float*>(data); }  // only for type F32
+
+  // An F32 view of n rows of k host floats (not owned; tests, benchmarks).
+  static Weight f32_view(const float* p, int64_t k, int64_t n = 1) {
+    Weight w;
+    w.type = DType::F32;
+    w.k = k;
+    w.n = n;
+    w.data = reinterpret_cast<const uint8_t*>(p);
+    w.nbytes = static_cast<size_t>(k * n) * sizeof(float);
+    return w;
+  }
 };
 
 }  // namespace bonsai

@@ -92,11 +92,7 @@ TEST_P(CpuBackendOps, FusedSitesMatchComposedReference) {
   const int64_t n = 384, rows = 3, block = 128;
   auto x = randn(rows * n, 20), d = randn(rows * n, 21), g = randn(n, 22), s = randn(n, 23);
   for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
-  Weight gain;
-  gain.type = DType::F32;
-  gain.k = n;
-  gain.n = 1;
-  gain.data = reinterpret_cast<const uint8_t*>(g.data());
+  const Weight gain = Weight::f32_view(g.data(), n);
   for (bool with_delta : {true, false})
     for (int64_t b : {block, int64_t{0}}) {
       std::vector<float> xo1(rows * n), xo2(rows * n), n1(rows * n), n2(rows * n), r1(rows * n), r2(rows * n);
@@ -147,11 +143,7 @@ TEST_P(CpuBackendOps, SitesOnThePoolEqualOneThread) {
         "rows " + std::to_string(rows) + " n " + std::to_string(n) + " block " + std::to_string(c.block);
     auto x = randn(m, 30), d = randn(m, 31), g = randn(n, 32), s = randn(n, 33);
     for (auto& v : s) v = v < 0 ? -1.0f : 1.0f;
-    Weight gain;
-    gain.type = DType::F32;
-    gain.k = n;
-    gain.n = 1;
-    gain.data = reinterpret_cast<const uint8_t*>(g.data());
+    const Weight gain = Weight::f32_view(g.data(), n);
     for (bool with_delta : {true, false}) {
       std::vector<float> xo1(m), xo2(m), n1(m), n2(m), r1(m), r2(m);
       be_->residual_norm_site(x.data(), with_delta ? d.data() : nullptr, xo1.data(), gain, s.data(), c.block,
