@@ -118,21 +118,10 @@ void BM_mac_peak(benchmark::State& state, PeakFn fn, int macs_per_instr, Isa isa
                          benchmark::Counter::kIsRate);
 }
 
-// Threads 1 and 2, plus the counts in BONSAI_BENCH_THREADS (a comma list, e.g. "16" on a larger machine;
-// each 3..1024, anything else an error naming the variable).
+// Threads 1 and 2, plus the counts in BONSAI_BENCH_THREADS (bench_common.h).
 void peak_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
-  const char* e = std::getenv("BONSAI_BENCH_THREADS");
-  for (const char* p = e; p && *p;) {
-    char* end = nullptr;
-    const long n = std::strtol(p, &end, 10);
-    if (end == p || n < 3 || n > 1024 || (*end != ',' && *end != '\0')) {
-      std::fprintf(stderr, "BONSAI_BENCH_THREADS='%s': expected a comma list of thread counts 3..1024\n", e);
-      std::exit(2);
-    }
-    b->Arg(n);
-    p = *end == ',' ? end + 1 : end;
-  }
+  for (int n : extra_thread_counts()) b->Arg(n);
 }
 
 BENCHMARK_CAPTURE(BM_mac_peak, vpdpbusd_zmm, dpbusd_zmm, 64, Isa::Avx512, false)->Apply(peak_args);

@@ -4,8 +4,9 @@
 // (same run) is the fraction of memory bandwidth the kernel reaches.
 //
 // Weights are random bytes with sane fp16 scales; for each benchmark a buffer
-// of ≥ 256 MiB holds enough copies of the matrix that every timed pass reads
-// weights no cache holds (only one such buffer is alive at a time).
+// of ≥ cold_bytes() (bench_common.h: ≥ 256 MiB and ≥ 4x the L3) holds enough copies of
+// the matrix that every timed pass reads weights no cache holds (only one such buffer is
+// alive at a time).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -53,7 +54,7 @@ WeightSet& weights(DType type, int64_t k, int64_t n, bool huge = false,
   ws.matrix_bytes = lanes                                   ? (cpu::lanes_total_bytes(n, k) + 63) / 64 * 64
                     : layout == cpu::WeightLayout::Stream16 ? cpu::stream_total_bytes(n, k)
                                                             : row_bytes(type, k) * n;
-  ws.copies = static_cast<int>(std::max<size_t>(2, (kColdBytes + ws.matrix_bytes - 1) / ws.matrix_bytes));
+  ws.copies = static_cast<int>(std::max<size_t>(2, (cold_bytes() + ws.matrix_bytes - 1) / ws.matrix_bytes));
   const size_t total = ws.matrix_bytes * ws.copies;
   ws.bytes = alloc_bytes(total, huge);
   fill_random(ws.bytes.get(), total, static_cast<uint64_t>(k * 131 + n));
@@ -116,11 +117,16 @@ void BM_matvec(benchmark::State& state, DType type, Precision prec, Isa isa, boo
 // Every distinct K × N of the 27B: attn q (5120×12288), k/v (5120×1024), o
 // (6144×5120), GDN qkv (5120×10240), z (5120×6144), ssm_out (6144×5120),
 // gate/up (5120×17408), down (17408×5120), head (5120×248320).
+// At 2 threads, and at each count of BONSAI_BENCH_THREADS (bench_common.h).
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"K", "N", "threads"});
-  for (int64_t n : {10240, 6144, 12288, 1024, 17408, 248320}) b->Args({5120, n, 2});
-  b->Args({6144, 5120, 2});
-  b->Args({17408, 5120, 2});
+  std::vector<int> counts = {2};
+  for (int t : extra_thread_counts()) counts.push_back(t);
+  for (int t : counts) {
+    for (int64_t n : {10240, 6144, 12288, 1024, 17408, 248320}) b->Args({5120, n, t});
+    b->Args({6144, 5120, t});
+    b->Args({17408, 5120, t});
+  }
   b->UseRealTime();
 }
 
