@@ -17,6 +17,7 @@ else()
   set(BONSAI_CUDA_DEFAULT OFF)
 endif()
 option(BONSAI_CUDA "Build the CUDA backend (kernels/cuda)" ${BONSAI_CUDA_DEFAULT})
+option(BONSAI_CUDA_PROBES "Build the standalone H200 probes of tools/cuda (with BONSAI_CUDA; on in the ci preset)" OFF)
 
 if(BONSAI_CUDA)
   if(NOT CMAKE_CUDA_COMPILER)
@@ -51,4 +52,24 @@ function(bonsai_add_cuda target)
   target_sources(${target} PRIVATE ${cpp_sources} $<TARGET_OBJECTS:bonsai_cuda_kernels>)
   target_link_libraries(${target} PUBLIC CUDA::cudart_static)
   target_compile_definitions(${target} PUBLIC BONSAI_HAVE_CUDA=1)
+endfunction()
+
+# The standalone probes and peak tools of tools/cuda (docs/performance.md runs them on the H200):
+# sm_90a only (they use Hopper instructions), linked without libbonsai (the matvec probes carry
+# the run-time selection themselves, tools/cuda/probe_selection.h). Built in CI so that a change
+# to the kernels they include cannot leave them broken unnoticed (sessions 11-12 did: the knobs
+# moved to knobs.cpp).
+function(bonsai_add_cuda_probes)
+  set(probes boundary_probe imma_peak wgmma_peak consumer_probe persistent_probe)
+  set(extra_consumer_probe ${PROJECT_SOURCE_DIR}/kernels/cuda/matvec.cu)
+  set(extra_persistent_probe ${PROJECT_SOURCE_DIR}/kernels/cuda/matvec.cu ${PROJECT_SOURCE_DIR}/kernels/cuda/matvec_ws.cu)
+  foreach(p IN LISTS probes)
+    add_executable(${p} ${PROJECT_SOURCE_DIR}/tools/cuda/${p}.cu ${extra_${p}})
+    target_include_directories(${p} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+    set_target_properties(${p} PROPERTIES CUDA_ARCHITECTURES 90a-real RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin/probes)
+    target_compile_options(${p} PRIVATE -Xcompiler=-Wall,-Wextra)
+    if(BONSAI_WERROR)
+      target_compile_options(${p} PRIVATE -Werror=all-warnings -Xcompiler=-Werror)
+    endif()
+  endforeach()
 endfunction()

@@ -54,16 +54,9 @@
 
 #include "kernels/cuda/matvec_ws.cu"  // consume_v1, unit_dot_v1 (anonymous namespace: this TU's copy)
 
-// The production matvec's run-time selection without the library (kernels/cuda/matvec_select.cpp,
-// elementwise.cu): the ws kernel, its default protocol and consumer loop, the first-rank fix-up,
-// PDL on (part 2 launches the production matvec through matvec_tiled, kernels/cuda/matvec.cu).
-namespace bonsai::cuda {
-MatvecKernel matvec_kernel() { return MatvecKernel::ws; }
-int matvec_ws_variant() { return 8; }
-int matvec_ws_loop() { return 1; }
-MatvecFixup matvec_fixup() { return MatvecFixup::first; }
-bool pdl_enabled() { return true; }
-}  // namespace bonsai::cuda
+// The run-time selection without the library (part 2 launches the production matvec through
+// matvec_tiled, kernels/cuda/matvec.cu).
+#include "tools/cuda/probe_selection.h"
 
 #include "tools/cuda/consumer_probe_device.cuh"  // the kernels (same anonymous namespace below)
 

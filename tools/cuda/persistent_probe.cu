@@ -66,24 +66,7 @@
 
 #include "tools/cuda/probe_ck.h"
 
-// The production matvec's run-time selection (kernels/cuda/matvec_select.cpp, elementwise.cu)
-// without the library: the ws kernel, its default protocol (two producer warps), the
-// first-rank split fix-up, PDL on.
-namespace bonsai::cuda {
-MatvecKernel matvec_kernel() {
-  const char* e = std::getenv("PK_MV");
-  return e && std::strcmp(e, "bulk") == 0 ? MatvecKernel::bulk : MatvecKernel::ws;
-}
-int matvec_ws_variant() { return 8; }
-int matvec_ws_loop() { return 1; }  // the production default consumer loop (BONSAI_CUDA_MV_LOOP)
-MatvecFixup matvec_fixup() {  // first (production's default in session 5; now last); PK_FIXUP=last|slots
-  const char* e = std::getenv("PK_FIXUP");
-  if (e && std::strcmp(e, "last") == 0) return MatvecFixup::last;
-  if (e && std::strcmp(e, "slots") == 0) return MatvecFixup::slots;
-  return MatvecFixup::first;
-}
-bool pdl_enabled() { return true; }
-}  // namespace bonsai::cuda
+#include "tools/cuda/probe_selection.h"  // the run-time selection without the library
 
 using namespace bonsai::cuda;
 using namespace bonsai::cuda::mv;
