@@ -64,6 +64,63 @@ TEST(ElementwiseAvx2, SwigluMatchesReference) {
   }
 }
 
+// x·sigmoid(gate): exp8 within ~2 ulp (2.4e-7 relative) of e = exp(−gate); 1 / (1 + e) passes
+// at most that relative error on (e / (1 + e) < 1) and adds two roundings, the product one more:
+// ≤ ~4.2e-7 relative, so 1e-6 bounds it with margin. Below gate = −87.3 the clamp makes both the
+// kernel's and the exact sigmoid < 2e-38. NaN in either input gives NaN; ±0 and ±1e30 in x pass.
+TEST(ElementwiseAvx2, SigmoidMulTracksDoublePrecision) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  std::vector<float> gate;
+  for (float v = -100.0f; v <= 100.0f; v += 0.01953125f) gate.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, 89.0f, -87.0f, -88.0f, 1e30f, -1e30f})
+    gate.push_back(v);
+  gate.push_back(std::nanf(""));
+  const int64_t n = static_cast<int64_t>(gate.size());
+  ASSERT_NE(n % 8, 0);  // the tail runs
+  auto x = randn(n, 9, 3.0f);
+  x[1] = 0.0f, x[2] = -0.0f, x[3] = 1e30f, x[4] = -1e30f, x[5] = std::nanf("");
+  for (bool in_place : {false, true}) {
+    std::vector<float> y(n + 1, 7.0f);
+    if (in_place) std::copy(x.begin(), x.end(), y.begin());
+    cpu::sigmoid_mul_avx2(in_place ? y.data() : x.data(), gate.data(), y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double exact = x[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
+      if (std::isnan(x[i]) || std::isnan(gate[i])) {
+        EXPECT_TRUE(std::isnan(y[i])) << i;
+      } else if (gate[i] < -87.0f) {
+        EXPECT_LE(std::fabs(y[i]), std::fabs(x[i]) * 2e-38 + 1e-45) << "gate = " << gate[i];
+      } else {
+        EXPECT_LE(std::fabs(y[i] - exact), 1e-6 * std::fabs(exact) + 1e-38)
+            << "gate = " << gate[i] << " x = " << x[i];
+      }
+    }
+    EXPECT_EQ(y[n], 7.0f) << "in place " << in_place;  // nothing written past n
+  }
+}
+
+// The backend's sigmoid_mul: one token's gate on the calling thread, a prompt's in pieces on the
+// pool; each element's result does not depend on the split (same lanes, same instructions), so
+// every thread count gives the same floats, within the bound above of the reference.
+TEST(ElementwiseAvx2, BackendSigmoidMulEveryThreadCount) {
+  if (!have_avx2()) GTEST_SKIP() << "no AVX2";
+  for (int64_t n : {int64_t{6144}, int64_t{9 * 4096 + 13}}) {
+    auto x = randn(n, 10, 2.0f), g = randn(n, 11, 4.0f);
+    std::vector<float> want(n), first;
+    ref::sigmoid_mul(x.data(), g.data(), want.data(), n);
+    for (int threads : {1, 2, 3}) {
+      CpuBackend be(threads, Isa::Avx2, cpu::Precision::Faithful);
+      std::vector<float> y = x;  // in place, as the graph calls it
+      be.sigmoid_mul(y.data(), g.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_LE(std::fabs(y[i] - want[i]), 1e-6f * std::fabs(want[i]) + 1e-38f) << "n " << n << " i " << i;
+      if (first.empty())
+        first = y;
+      else
+        EXPECT_EQ(y, first) << "n " << n << " threads " << threads;
+    }
+  }
+}
+
 // The conv sum of taps products in FMA vs the reference's mul + add: each
 // step rounds once instead of twice, so the two differ by ≤ 2·taps ulp of
 // Σ_j |w_j·input_j| ≤ M·Σ_j |w_j| (M: the largest input magnitude the channel

@@ -39,6 +39,7 @@ class CpuBackend : public RefBackend {
                 int taps) override;
   void gated_rmsnorm(const float* o, const float* z, const Weight& w, float* y, int64_t rows, int64_t d,
                      float eps) override;
+  void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n) override;
   // Load-time repacks (kernels/cpu/repack.h: PTQ1_0 → PQ2_0 by default, PQ2_0
   // copied to huge pages on request); w.data stays the file's bytes for other ops.
   void prepare(Weight& w) override;

@@ -1,5 +1,5 @@
 // Vectorised elementwise ops of the decode step that sit between the matvecs:
-// the GDN causal conv + SiLU (ssm_conv) and SwiGLU. Scalar loops with libm's
+// the GDN causal conv + SiLU (ssm_conv), SwiGLU and the attention output gate. Scalar loops with libm's
 // expf cost ~10 ns per element here (ssm_conv: 10240 channels × 48 layers,
 // SwiGLU: 17408 × 64 per token, ~10 ms per token together); these run 8
 // lanes at a time with a polynomial exp.
@@ -22,6 +22,10 @@ void ssm_conv_avx2(const float* x, float* state, const float* w, float* out, int
 
 // a[i] = silu(g[i]) · u[i] for i in [0, n); AVX2 + FMA. a may alias u (in place).
 void swiglu_avx2(const float* g, const float* u, float* a, int64_t n);
+
+// y[i] = x[i] · sigmoid(gate[i]) for i in [0, n) (Backend::sigmoid_mul: the attention output
+// gate); AVX2 + FMA, the same exp8. y may alias x (in place).
+void sigmoid_mul_avx2(const float* x, const float* gate, float* y, int64_t n);
 
 // y[i] = silu(x[i]) for i in [0, n) (used by tests to bound the exp error).
 void silu_avx2(const float* x, float* y, int64_t n);

@@ -40,6 +40,17 @@ __m256 silu8(__m256 x) {
   return _mm256_and_ps(r, _mm256_cmp_ps(x, _mm256_set1_ps(-88.0f), _CMP_NLT_UQ));
 }
 
+// sigmoid(x) = 1 / (1 + exp(−x)). exp8's clamp keeps the result in [~4e-39, 1]
+// without overflow (below x = −87.3 the exact value is smaller still; both are
+// negligible against any product). The clamp's max turns NaN into −87.3, so
+// NaN lanes are put back at the end, as the reference's expf would keep them.
+__m256 sigmoid8(__m256 x) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  return _mm256_blendv_ps(r, x, nan);
+}
+
 // The tail (< 8 elements) through a zero-padded stack copy.
 template <class F>
 void tail(int64_t n, F f) {
@@ -56,6 +67,19 @@ void silu_avx2(const float* x, float* y, int64_t n) {
     std::memcpy(b, x + i, m * sizeof(float));
     _mm256_store_ps(b, silu8(_mm256_load_ps(b)));
     std::memcpy(y + i, b, m * sizeof(float));
+  });
+}
+
+void sigmoid_mul_avx2(const float* x, const float* gate, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sigmoid8(_mm256_loadu_ps(gate + i))));
+  tail(n - i, [&](int64_t m) {
+    alignas(32) float bx[8] = {}, bg[8] = {};
+    std::memcpy(bx, x + i, m * sizeof(float));
+    std::memcpy(bg, gate + i, m * sizeof(float));
+    _mm256_store_ps(bx, _mm256_mul_ps(_mm256_load_ps(bx), sigmoid8(_mm256_load_ps(bg))));
+    std::memcpy(y + i, bx, m * sizeof(float));
   });
 }
 
