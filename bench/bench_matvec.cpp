@@ -251,20 +251,35 @@ void BM_transcode_ptq1(benchmark::State& state) {
 }
 BENCHMARK(BM_transcode_ptq1)->UseRealTime();
 
-void BM_prepare_act(benchmark::State& state, Precision prec) {
+// One activation quantized and packed (what every decode matmul does first), in the layout the
+// AVX2 file-layout kernels read (q2x128) or the AVX-512 Stream16 one (lanes16); threads > 1
+// passes the pool (pieces of 16 blocks).
+void BM_prepare_act(benchmark::State& state, Precision prec, uint32_t layouts) {
   const int64_t k = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
   std::vector<float> x(k);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   for (auto& v : x) v = nd(rng);
   cpu::PreparedAct act;
+  ThreadPool* tp = threads > 1 ? &pool(threads) : nullptr;
   for (auto _ : state) {
-    cpu::prepare_act(x.data(), k, prec, act, cpu::layouts_for(DType::PQ2_0));
+    cpu::prepare_act(x.data(), k, prec, act, layouts, tp);
     benchmark::DoNotOptimize(act.packed[0].hi.data());
   }
   state.SetItemsProcessed(state.iterations() * k);
 }
-BENCHMARK_CAPTURE(BM_prepare_act, faithful, Precision::Faithful)->Arg(5120)->Arg(17408);
+void prepare_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"k", "threads"})->UseRealTime();
+  std::vector<int> counts = {1, 2};
+  for (int t : extra_thread_counts()) counts.push_back(t);
+  for (int t : counts)
+    for (int64_t k : {5120, 6144, 17408}) b->Args({k, t});
+}
+BENCHMARK_CAPTURE(BM_prepare_act, q2x128, Precision::Faithful, cpu::layout_bit(cpu::ActLayout::Q2x128))
+    ->Apply(prepare_args);
+BENCHMARK_CAPTURE(BM_prepare_act, lanes16, Precision::Faithful, cpu::layout_bit(cpu::ActLayout::Lanes16))
+    ->Apply(prepare_args);
 
 }  // namespace
 }  // namespace bonsai::bench

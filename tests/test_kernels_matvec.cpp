@@ -567,6 +567,56 @@ TEST(MatvecChecks, RejectsMismatchedInputs) {
   }
 }
 
+// prepare_act on a pool quantizes and packs pieces of 16 blocks on several threads: every layout's
+// bytes, corrections and scales must be those of the one-thread pass, at widths with a partial
+// last block, a folded Lanes16 tail group (<= 8 blocks) and a full one, in both precisions; a
+// non-finite value in the last piece is still refused.
+TEST(PrepareAct, OnThePoolEqualsOneThread) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int64_t k : {int64_t{640}, int64_t{6144}, int64_t{6144 + 128 * 3}, int64_t{17408}, int64_t{17408 + 37},
+                    int64_t{16 * 2048}})
+    for (Precision prec : {Precision::Faithful, Precision::Int8}) {
+      std::vector<float> x(k);
+      for (auto& v : x) v = nd(rng);
+      for (int64_t j = 0; j < std::min<int64_t>(k, 128); ++j) x[j] = 0.0f;  // an all-zero block
+      PreparedAct one;
+      prepare_act(x.data(), k, prec, one, kAllActLayouts);
+      for (int threads : {2, 3, 5}) {
+        ThreadPool pool(threads);
+        // Buffers first filled by a wider activation, so that padding the pieces fail to zero
+        // would show (a resize keeps the old bytes).
+        std::vector<float> wide(k + 4096);
+        for (auto& v : wide) v = nd(rng);
+        PreparedAct many;
+        prepare_act(wide.data(), k + 4096, prec, many, kAllActLayouts, &pool);
+        {
+          prepare_act(x.data(), k, prec, many, kAllActLayouts, &pool);
+          for (int l = 0; l < kNumActLayouts; ++l) {
+            const PackedAct &a = one.packed[l], &b = many.packed[l];
+            const std::string at = "k " + std::to_string(k) + " layout " + std::to_string(l) + " threads " +
+                                   std::to_string(threads) +
+                                   (prec == Precision::Int8 ? " int8" : " faithful");
+            ASSERT_EQ(a.n_groups, b.n_groups) << at;
+            ASSERT_EQ(a.hi.size(), b.hi.size()) << at;
+            ASSERT_EQ(0, std::memcmp(a.hi.data(), b.hi.data(), a.hi.size())) << at;
+            ASSERT_EQ(a.lo.size(), b.lo.size()) << at;
+            if (a.lo.size()) {
+              ASSERT_EQ(0, std::memcmp(a.lo.data(), b.lo.data(), a.lo.size())) << at;
+            }
+            ASSERT_EQ(0, std::memcmp(a.corr.data(), b.corr.data(), a.corr.size() * 4)) << at;
+            ASSERT_EQ(0, std::memcmp(a.scale.data(), b.scale.data(), a.scale.size() * 4)) << at;
+          }
+        }
+      }
+    }
+  std::vector<float> bad(17408, 1.0f);
+  bad[17400] = std::nanf("");
+  ThreadPool pool(3);
+  PreparedAct act;
+  EXPECT_THROW(prepare_act(bad.data(), 17408, Precision::Faithful, act, kAllActLayouts, &pool), Error);
+}
+
 TEST(PTQ1Transcode, MatchesTheReferenceTranscodeBitForBit) {
   std::mt19937 rng(17);
   for (Isa isa : isas()) {

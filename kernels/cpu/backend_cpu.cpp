@@ -193,7 +193,8 @@ void CpuBackend::matmul(const Weight& w, const float* x, float* y, int t) {
   }
   // Decode-shaped: one matvec per row of x (also prefill where no GEMM kernel exists).
   for (int i = 0; i < t; ++i) {
-    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w)));
+    cpu::prepare_act(x + static_cast<int64_t>(i) * w.k, w.k, precision_, act_, cpu::layouts_for(view(w)),
+                     &pool_);
     cpu::matvec(view(w), act_, y + static_cast<int64_t>(i) * w.n, pool_, isa_);
   }
 }
@@ -217,7 +218,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   std::vector<cpu::MatvecJob> jobs(ws.size());
   for (int i = 0; i < t; ++i) {
     const int64_t k = ws[0]->k;
-    cpu::prepare_act(x + i * k, k, precision_, act_, layouts);
+    cpu::prepare_act(x + i * k, k, precision_, act_, layouts, &pool_);
     for (size_t j = 0; j < ws.size(); ++j)
       jobs[j] = {view(*ws[j]), ys[j] + static_cast<int64_t>(i) * ws[j]->n};
     cpu::matvec_multi(jobs, act_, pool_, isa_);

@@ -150,9 +150,11 @@ struct PreparedAct {
 };
 
 // Quantize x[0..k) once for every layout in `layouts` (default: all ternary
-// families; pass layouts_for(weight type) to skip the others).
+// families; pass layouts_for(weight type) to skip the others). With a pool of
+// more than one thread, a wide activation is quantized and packed in pieces
+// of 16 blocks across it: the same bytes as on one thread.
 void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& out,
-                 uint32_t layouts = kAllActLayouts);
+                 uint32_t layouts = kAllActLayouts, ThreadPool* pool = nullptr);
 
 enum class WeightLayout : uint8_t {
   File = 0,      // as stored in the GGUF

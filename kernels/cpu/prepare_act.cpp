@@ -18,6 +18,12 @@
 namespace bonsai::cpu {
 namespace {
 
+// prepare_act's pieces (16 blocks: 2048 elements at B = 128, one Lanes16 group) and the fewest
+// that go to the pool: a piece is ~4 µs of work in the Lanes16 layout, more than a pool round
+// trip, so every 27B activation (5120: 3 pieces, 17408: 9) is split.
+constexpr int64_t kPieceBlocks = 16;
+constexpr int64_t kMinPoolPieces = 2;
+
 // Largest |q|: 32639 = 127·256 + 127 keeps hi = (q + 128) >> 8 within int8.
 constexpr int kQFaithful = 32639;
 constexpr int kQInt8 = 127;
@@ -63,11 +69,12 @@ int32_t round_block(const float* x, int64_t n, float inv, int16_t* q) {
   return sum;
 }
 
-// q[b·B + j] = round(x / s_b), s[b] = amax_b / Q, sum[b] = Σ_j q (zero past k).
-void quantize_blocks(const float* x, int64_t k, int B, int Q, int16_t* q, float* s, int32_t* sum) {
-  const int64_t nb = (k + B - 1) / B;
-  std::memset(q, 0, nb * B * sizeof(int16_t));
-  for (int64_t b = 0; b < nb; ++b) {
+// q[b·B + j] = round(x / s_b), s[b] = amax_b / Q, sum[b] = Σ_j q (zero past k),
+// for blocks [b0, b1) of x (B elements each, the last one cut at k).
+void quantize_blocks(const float* x, int64_t k, int B, int Q, int16_t* q, float* s, int32_t* sum, int64_t b0,
+                     int64_t b1) {
+  std::memset(q + b0 * B, 0, (b1 - b0) * B * sizeof(int16_t));
+  for (int64_t b = b0; b < b1; ++b) {
     const int64_t j0 = b * B, n = std::min<int64_t>(B, k - j0);
     const float amax = abs_max(x + j0, n);
     s[b] = 0.0f;
@@ -117,28 +124,32 @@ struct Family {
 // (Lanes16 is packed by pack_lanes below; its entry gives the block size only.)
 constexpr Family kFamilies[kNumActLayouts] = {{128, 2, 4}, {64, 4, 4}, {128, 2, 5}, {128, 16, 32}};
 
-// Sizes `out` for ng groups of group_bytes per half and zeroes the halves
-// (padding lanes and blocks must read as q = 0).
+// Sizes `out` for ng groups of group_bytes per half.
 void size_packed(PackedAct& out, int64_t ng, int64_t group_bytes, bool faithful) {
   out.n_groups = ng;
   out.hi.resize(ng * group_bytes);
   out.lo.resize(faithful ? ng * group_bytes : 0);
   out.corr.resize(ng * 16);
   out.scale.resize(ng * 16);
-  std::memset(out.hi.data(), 0, ng * group_bytes);
-  if (faithful) std::memset(out.lo.data(), 0, ng * group_bytes);
+}
+
+// Zeroes the halves of groups [g0, g1) before they are packed (padding lanes and
+// blocks must read as q = 0).
+void zero_groups(PackedAct& out, int64_t g0, int64_t g1, int64_t group_bytes, bool faithful) {
+  std::memset(out.hi.data() + g0 * group_bytes, 0, (g1 - g0) * group_bytes);
+  if (faithful) std::memset(out.lo.data() + g0 * group_bytes, 0, (g1 - g0) * group_bytes);
 }
 
 // ActLayout::Lanes16 (matvec.h): per group j of 16 blocks, chunk c and plane s,
 // byte 4b + i = q of element 16c + 4i + s of block 16j + b; corr / scale in
 // lane b; a last group of ≤ 8 blocks folded (chunk c + 4 in lanes 8 + b of chunk c).
+// Groups [g0, g1) of out, already sized by size_packed for all nb blocks.
+constexpr int kLanesGroupBytes = 8 * 4 * 64;
 void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
-                PackedAct& out) {
+                PackedAct& out, int64_t g0, int64_t g1) {
   constexpr int G = kLanesGroup;
-  const int64_t ng = (nb + G - 1) / G;
-  constexpr int group_bytes = 8 * 4 * 64;
-  size_packed(out, ng, group_bytes, faithful);
-  for (int64_t g = 0; g < ng; ++g)
+  zero_groups(out, g0, g1, kLanesGroupBytes, faithful);
+  for (int64_t g = g0; g < g1; ++g)
     for (int b = 0; b < G; ++b) {
       const int64_t blk = g * G + b;
       out.corr.data()[g * 16 + b] = blk < nb ? -sum[blk] : 0;
@@ -158,14 +169,14 @@ void pack_lanes(bool faithful, int64_t nb, const int16_t* q, const float* s, con
     }
 }
 
+// Groups [g0, g1) of out, already sized by size_packed for all nb blocks.
 void pack(ActLayout l, bool faithful, int64_t nb, const int16_t* q, const float* s, const int32_t* sum,
-          PackedAct& out) {
+          PackedAct& out, int64_t g0, int64_t g1) {
   const Family f = kFamilies[static_cast<int>(l)];
-  const int64_t ng = (nb + f.G - 1) / f.G;
   const int group_bytes = f.P * 64;
-  size_packed(out, ng, group_bytes, faithful);
+  zero_groups(out, g0, g1, group_bytes, faithful);
   const int lanes32 = 16 / f.G;  // int32 lanes per block
-  for (int64_t g = 0; g < ng; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     for (int h = 0; h < f.G; ++h) {
       const int64_t b = g * f.G + h;
       int32_t* corr = out.corr.data() + g * 16 + h * lanes32;
@@ -215,7 +226,8 @@ uint32_t layouts_for(DType t) {
   }
 }
 
-void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& out, uint32_t layouts) {
+void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& out, uint32_t layouts,
+                 ThreadPool* pool) {
   if (k <= 0) fail("prepare_act: activation width must be positive (got {})", k);
   out.k = k;
   out.precision = precision;
@@ -225,24 +237,45 @@ void prepare_act(const float* x, int64_t k, Precision precision, PreparedAct& ou
   const bool faithful = precision == Precision::Faithful;
   const int Q = faithful ? kQFaithful : kQInt8;
   for (int B : {128, 64}) {
-    bool quantized = false;
+    uint32_t family = 0;  // the requested layouts of this block size
+    for (int l = 0; l < kNumActLayouts; ++l)
+      if ((out.layouts & (1u << l)) && kFamilies[l].B == B) family |= 1u << l;
+    if (!family) continue;
     const int64_t nb = (k + B - 1) / B;
-    for (int l = 0; l < kNumActLayouts; ++l) {
-      if (!(out.layouts & (1u << l)) || kFamilies[l].B != B) continue;
-      if (!quantized) {
-        out.q_scratch.resize(nb * B);
-        out.s_scratch.resize(nb);
-        out.sum_scratch.resize(nb);
-        quantize_blocks(x, k, B, Q, out.q_scratch.data(), out.s_scratch.data(), out.sum_scratch.data());
-        quantized = true;
+    out.q_scratch.resize(nb * B);
+    out.s_scratch.resize(nb);
+    out.sum_scratch.resize(nb);
+    for (int l = 0; l < kNumActLayouts; ++l)
+      if (family & (1u << l)) {
+        const int G = kFamilies[l].G;
+        size_packed(out.packed[l], (nb + G - 1) / G,
+                    static_cast<ActLayout>(l) == ActLayout::Lanes16 ? kLanesGroupBytes : kFamilies[l].P * 64,
+                    faithful);
       }
-      if (static_cast<ActLayout>(l) == ActLayout::Lanes16)
-        pack_lanes(faithful, nb, out.q_scratch.data(), out.s_scratch.data(), out.sum_scratch.data(),
-                   out.packed[l]);
-      else
-        pack(static_cast<ActLayout>(l), faithful, nb, out.q_scratch.data(), out.s_scratch.data(),
-             out.sum_scratch.data(), out.packed[l]);
-    }
+    // Pieces of kPieceBlocks blocks: a multiple of every family's group (2, 4, 2, 16 blocks),
+    // so each group is quantized and packed by one piece, whichever thread runs it. Each
+    // block's floats are the same either way (nothing is summed across blocks).
+    auto piece = [&](int64_t i, int) {
+      const int64_t b0 = i * kPieceBlocks, b1 = std::min(nb, b0 + kPieceBlocks);
+      int16_t* q = out.q_scratch.data();
+      const float* s = out.s_scratch.data();
+      const int32_t* sum = out.sum_scratch.data();
+      quantize_blocks(x, k, B, Q, q, out.s_scratch.data(), out.sum_scratch.data(), b0, b1);
+      for (int l = 0; l < kNumActLayouts; ++l) {
+        if (!(family & (1u << l))) continue;
+        const int G = kFamilies[l].G;
+        const int64_t g0 = b0 / G, g1 = (b1 + G - 1) / G;
+        if (static_cast<ActLayout>(l) == ActLayout::Lanes16)
+          pack_lanes(faithful, nb, q, s, sum, out.packed[l], g0, g1);
+        else
+          pack(static_cast<ActLayout>(l), faithful, nb, q, s, sum, out.packed[l], g0, g1);
+      }
+    };
+    const int64_t pieces = (nb + kPieceBlocks - 1) / kPieceBlocks;
+    if (pool && pool->size() > 1 && pieces >= kMinPoolPieces)
+      pool->parallel_for(pieces, piece);
+    else
+      for (int64_t i = 0; i < pieces; ++i) piece(i, 0);
   }
 }
 
