@@ -1,6 +1,7 @@
 // Runtime support for the fast kernels: CPU feature selection and the thread pool.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -102,6 +103,28 @@ TEST(ThreadPool, TwoThreadsRunConcurrently) {
     });
     ASSERT_EQ(met.load(), 2);
     ASSERT_EQ(mask.load(), 3);
+  }
+}
+
+// A job with fewer tasks than threads is joined only by workers 1 .. n-1 (thread_pool.h), and
+// small and large jobs alternating back to back still run every task once (a worker that skips
+// job g must not miss g + 1, nor touch a slot it did not join).
+TEST(ThreadPool, SmallJobsOnlyUseTheFirstThreadsAndMixWithLargeOnes) {
+  ThreadPool pool(6);
+  for (int call = 0; call < 400; ++call) {
+    const int64_t n = std::array<int64_t, 5>{2, 3, 1000, 5, 64}[call % 5];
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> max_thread{0};
+    pool.parallel_for(n, [&](int64_t t, int th) {
+      hits[t].fetch_add(1);
+      int m = max_thread.load();
+      while (th > m && !max_thread.compare_exchange_weak(m, th)) {
+      }
+    });
+    for (int64_t t = 0; t < n; ++t) ASSERT_EQ(hits[t].load(), 1) << "call " << call << " task " << t;
+    if (n < pool.size()) {
+      ASSERT_LT(max_thread.load(), n) << "call " << call;
+    }
   }
 }
 

@@ -55,7 +55,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::drain(Slot& s, int thread) {
   for (;;) {
     const int64_t t = s.next.fetch_add(1, std::memory_order_relaxed);
-    if (t >= s.n_tasks) return;
+    if (t >= s.n_tasks.load(std::memory_order_relaxed)) return;
     try {
       s.fn(s.ctx, t, thread);
     } catch (...) {
@@ -76,6 +76,11 @@ void ThreadPool::worker_main(int thread) {
     seen = g;
     if (stop_.load()) return;
     Slot& s = slots_[g & 1];
+    // A job with fewer tasks than threads needs only the caller and workers 1 .. n_tasks - 1; the
+    // others skip it without joining (the caller runs whatever a slow participant leaves). If the
+    // slot is already being rewritten for job g + 2, the count read here may be that job's:
+    // either decision is safe, since a joining worker still checks the generation below.
+    if (thread >= s.n_tasks.load(std::memory_order_relaxed)) continue;
     s.in_flight.fetch_add(1);
     // Joined: the caller of job g + 2 (same slot) waits for us before it
     // rewrites the slot. If the job moved on meanwhile, touch nothing.
@@ -94,7 +99,7 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   while (s.in_flight.load() != 0) std::this_thread::yield();
   s.fn = fn;
   s.ctx = ctx;
-  s.n_tasks = n_tasks;
+  s.n_tasks.store(n_tasks, std::memory_order_relaxed);  // published by the generation store
   s.error = nullptr;
   s.next.store(0, std::memory_order_relaxed);
   generation_.store(g);

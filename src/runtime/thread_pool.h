@@ -10,10 +10,12 @@
 //
 // The caller never waits for a worker that has not started: it runs tasks
 // itself and then waits only for workers that joined the job and are still
-// inside a task. A worker the OS has descheduled (a loaded machine) simply
-// misses the job; a late one finds the task counter exhausted and leaves.
-// Jobs alternate between two slots so a straggler of job g can still read
-// its slot while job g+1 is being set up in the other one.
+// inside a task. A job of n tasks with n < size() is joined only by workers
+// 1 .. n-1 (the others skip it without touching its counters), so a small
+// job's hand-off costs what n threads cost, not the whole pool. A worker the OS has descheduled (a loaded
+// machine) simply misses the job; a late one finds the task counter exhausted and leaves. Jobs alternate
+// between two slots so a straggler of job g can still read its slot while job g+1 is being set up in the
+// other one.
 //
 // One caller at a time: parallel_for is not re-entrant (a task must not call
 // it on the same pool) and must not be called concurrently from two threads.
@@ -55,13 +57,16 @@ class ThreadPool {
 
  private:
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
+  // The two counters every participant updates live on cache lines of their own: on a 16-core
+  // mesh each contended update is a serialized round trip (docs/performance.md, "What a pool
+  // round trip costs on 16 cores").
   struct alignas(64) Slot {
     TaskFn fn = nullptr;
     void* ctx = nullptr;
-    int64_t n_tasks = 0;
-    std::atomic<int64_t> next{0};   // next task index to hand out
-    std::atomic<int> in_flight{0};  // threads inside this job
-    std::mutex error_mutex;
+    std::atomic<int64_t> n_tasks{0};            // read by workers before they join (see worker_main)
+    alignas(64) std::atomic<int64_t> next{0};   // next task index to hand out
+    alignas(64) std::atomic<int> in_flight{0};  // threads inside this job
+    alignas(64) std::mutex error_mutex;
     std::exception_ptr error;
   };
   void run(int64_t n_tasks, TaskFn fn, void* ctx);
