@@ -7,7 +7,9 @@
 //       tools/cuda/cupti_trace.cpp -o cupti_trace.so -L$CUDA/extras/CUPTI/lib64 -lcupti
 //   (N: the newest CUpti_ActivityKernel record in that CUPTI's cupti_activity.h)
 // Use: CUDA_INJECTION64_PATH=$PWD/cupti_trace.so BONSAI_TRACE_OUT=trace.csv bonsai bench ...
-// Output: one CSV line per kernel: start_ns,end_ns,grid,block,stream,graph_node,name (mangled).
+// Output: one CSV line per kernel: start_ns,end_ns,grid,block,stream,graph_node,name (mangled);
+// with BONSAI_TRACE_MEMCPY=1 also one per memory copy, named memcpy:<CUpti_ActivityMemcpyKind>
+// (1 = host to device, 2 = device to host) with its byte count in the grid column.
 // Summary: python3 tools/cuda/trace_summary.py trace.csv.
 #include <cupti.h>
 
@@ -17,6 +19,9 @@
 
 #ifndef KREC
 #define KREC CUpti_ActivityKernel9
+#endif
+#ifndef MREC
+#define MREC CUpti_ActivityMemcpy6  // BONSAI_TRACE_MEMCPY=1 only
 #endif
 
 namespace {
@@ -42,6 +47,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   FILE* f = out_file();
   CUpti_Activity* rec = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {  // name "memcpy:<kind>", grid = bytes
+      const auto* m = reinterpret_cast<const MREC*>(rec);
+      if (f)
+        std::fprintf(f, "%llu,%llu,%llu,0,%u,%llu,memcpy:%u\n", static_cast<unsigned long long>(m->start),
+                     static_cast<unsigned long long>(m->end), static_cast<unsigned long long>(m->bytes),
+                     m->streamId, static_cast<unsigned long long>(m->graphNodeId),
+                     static_cast<unsigned>(m->copyKind));
+      continue;
+    }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
       continue;
     const auto* k = reinterpret_cast<const KREC*>(rec);
@@ -67,6 +81,8 @@ void flush_at_exit() {
 extern "C" int InitializeInjection() {
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 0;
   if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 0;
+  if (const char* m = std::getenv("BONSAI_TRACE_MEMCPY"); m && std::strcmp(m, "1") == 0)
+    if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS) return 0;
   std::atexit(flush_at_exit);
   return 1;
 }
