@@ -3,8 +3,8 @@
 // on random tiled ternary weights of the real sizes and times it two ways:
 //   A  as production runs it: per matvec one quantize_act launch (the stand-in for the site
 //      kernel) and one matvec_tiled launch (the production ws kernel, linked from
-//      kernels/cuda/matvec.cu + matvec_ws.cu), recorded once in a CUDA graph with programmatic
-//      dependent launch and replayed;
+//      kernels/cuda/matvec.cu + matvec_ws.cu, the latter included here), recorded once in a CUDA graph with
+//      programmatic dependent launch and replayed;
 //   B  one persistent kernel (2 blocks of 8 consumer + 2 producer warps per SM, all resident)
 //      looping over the sequence, matvecs separated by a hand-rolled grid barrier; every block
 //      quantizes the input k-blocks its units need into shared memory itself (redundant site
@@ -20,8 +20,10 @@
 //   pass, a reduction and a barrier) and E extra block barriers, the result fed into the
 //   quantized values as a factor that is exactly 1 (so the outputs stay bitwise comparable).
 // B uses A's work split (the production plan_stream for 2 x SMs blocks of 8 warps), the
-// production unit_dot and finish_pair (split fix-up, slots added in rank order) and the same
-// quantizer on the same floats, so B's outputs must equal A's bit for bit.
+// production finish_pair (split fix-up, slots added in rank order), the same quantizer on the
+// same floats and one of three dots (a template argument): unit_dot (session 5's consumer, when
+// this probe was written) or production's unit_dot_v1 (since session 7), with which B's outputs
+// must equal A's bit for bit, or the b1 bit-plane form of session 10 (timing only).
 //
 // Grid barrier protocol (B): one 32-bit counter in global memory, only ever incremented; this
 // launch's barrier j is complete when the counter reaches base + (j+1)·nblocks (base: the value
@@ -38,14 +40,14 @@
 //
 // Build (here; runs only on an sm_90 GPU):
 //   nvcc -O3 -std=c++20 -I. -gencode arch=compute_90a,code=sm_90a -o .prebuilt-pk/persistent_probe
-//        tools/cuda/persistent_probe.cu kernels/cuda/matvec.cu kernels/cuda/matvec_ws.cu  (one line)
+//        tools/cuda/persistent_probe.cu kernels/cuda/matvec.cu  (one line; this TU includes matvec_ws.cu)
 // Run: persistent_probe [--layers 64] [--head 1] [--reps 10]   (on the H200: --reps 20, ~3 s)
 // Prints: the D2D copy rate; A's µs per step (and with the matvec launches alone); B's check
-// against A (bitwise); B's µs per step for each variant (ring depth, no cross-barrier prefetch,
-// heavier sites, 2-3 grid barriers per matvec, timing-only variants without the site or without
-// the split fix-up, outputs by red.add instead of the fix-up (not bitwise: its error is printed),
-// the site alone, the barriers alone) and, for some, a per-shape split from block 0's
-// %globaltimer: site | block 0's own units + fix-ups | wait at the barrier (slowest block).
+// against A (bitwise, both exact dots); B's µs per step for each variant and dot (ring depth, no
+// cross-barrier prefetch, heavier sites, 2 grid barriers per matvec, timing-only variants without the site or
+// without the split fix-up, outputs by red.add instead of the fix-up (not bitwise: its error is printed), the
+// site alone, the barriers alone) and, for some, a per-shape split from block 0's %globaltimer: site | block
+// 0's own units + fix-ups | wait at the barrier (slowest block).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +58,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -63,343 +66,20 @@
 #include "kernels/cuda/matvec_common.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/tile_layout.h"
+// This TU compiles the ws matvec itself (A's kernel; unit_dot_v1 for B's dots) and links matvec.cu.
+#include "kernels/cuda/matvec_ws.cu"
 
 #include "tools/cuda/probe_ck.h"
+#include "tools/cuda/probe_dots.cuh"
 
 #include "tools/cuda/probe_selection.h"  // the run-time selection without the library
 
 using namespace bonsai::cuda;
 using namespace bonsai::cuda::mv;
 
-namespace {
+#include "tools/cuda/persistent_probe_kernel.cuh"
 
-constexpr int kProducers = 2;                         // producer warps, 4 lanes (rings) each
-constexpr int kThreads = (kWarps + kProducers) * 32;  // 320
-constexpr int kMaxKb = 17408 / kBlockK;               // widest input: 136 k-blocks
-constexpr int kCB = kCodeBytes + 32;                  // one chunk, G = 1 (PQ2_0)
-constexpr int kUnit = kWarpTiles * kCB;               // one unit: 4 tiles' chunks of a k-block
-
-// Flags of a B launch.
-constexpr int kSkipUnits = 1;    // no matvec work (barrier / site cost alone)
-constexpr int kSkipSite = 2;     // no quantization either (the barriers alone)
-constexpr int kHeavy = 4;        // the norm stand-in + extra block barriers before the quantization
-constexpr int kNoCross = 8;      // producers wait for the barrier before a matvec's first unit
-constexpr int kSerialSite = 16;  // the site's loads one k-block at a time (else in batches)
-constexpr int kNoFixup = 32;     // timing only, wrong outputs: no split fix-up, no y stores
-constexpr int kAtomicOut = 64;   // each warp red.add's its partial rows into y (zeroed before the
-                                 // launch): no slots, fence, counter or last-arriver sum; the
-                                 // order of the additions varies, so the floats are not bitwise
-constexpr int kSiteBatch = 4;    // k-blocks per warp whose loads are in flight together (6: spills)
-
-struct Mv {          // one matvec of the sequence (B's descriptor, device memory)
-  const uint8_t* w;  // tiled [N/64][4 tiles][kblocks][kCB]
-  const float* x;    // input [>= K] (first K floats used)
-  float* y;          // output [N]
-  int n, kblocks;
-  StreamPlan plan;  // the production plan for 2 x SMs blocks (one job)
-};
-
-// Same arithmetic as kernels/cuda/matvec.cu's plan_stream (defaults: ring 4, min 1 unit,
-// 2 blocks per SM) for a single job.
-StreamPlan plan_one(int n, int kblocks, int blocks) {
-  StreamPlan p;
-  p.pairs = static_cast<int>(tiled_pairs(n));
-  p.pair_start[0] = 0;
-  p.pair_start[1] = p.pairs;
-  p.units = p.pairs * kblocks;
-  p.unit_start[0] = 0;
-  p.unit_start[1] = p.units;
-  const int warps = blocks * kWarps;
-  p.per_warp = std::max(1, (p.units + warps - 1) / warps);
-  p.slots = (kblocks + p.per_warp - 1) / p.per_warp + 1;
-  p.ring = 4;
-  return p;
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-#endif
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ bool reached(unsigned v, unsigned target) {
-  return static_cast<int>(v - target) >= 0;
-}
-__device__ __forceinline__ void consumers_sync() {  // the 8 consumer warps only
-  asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
-}
-__device__ __forceinline__ long long globaltimer() {
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// ---- B: the persistent kernel ------------------------------------------------------------------
-// Dynamic shared memory: [ring: 8 warps][R][kUnit] [xq: kMaxKb][256 B] [meta: kMaxKb] float4.
-// stamps (block 0, thread 0; may be null): [3 * count + 1] globaltimer values: per matvec i its
-// start (barrier passed), the end of its site (quantized input ready), block 0's arrival (its
-// units and fix-ups done); then the last barrier passed.
-__global__ void __launch_bounds__(kThreads, 2)
-    persistent_step(const Mv* __restrict__ seq, int count, float* __restrict__ partial, int* counters,
-                    unsigned* arrivals, unsigned base, int flags, int extra_bars, int grid_bars, int R,
-                    long long* stamps) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(8) uint64_t full[kWarps][kMaxRing];
-  __shared__ __align__(8) uint64_t empty[kWarps][kMaxRing];
-  __shared__ float red[kWarps];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const unsigned nblocks = gridDim.x;
-  uint8_t* xs = smem + kWarps * R * kUnit;
-  float4* ms = reinterpret_cast<float4*>(xs + kMaxKb * kActBytes);
-  if (threadIdx.x < kWarps * R) {
-    mbar_init(smem_u32(&full[threadIdx.x / R][threadIdx.x % R]), 1);
-    mbar_init(smem_u32(&empty[threadIdx.x / R][threadIdx.x % R]), 32);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-
-  if (warp >= kWarps) {  // ---- producer: lane l < 4 of producer p feeds consumer 4p + l ----
-    if (flags & kSkipUnits) return;
-    const bool feeds = lane < kWarps / kProducers;
-    const int c = (warp - kWarps) * (kWarps / kProducers) + (feeds ? lane : 0);
-    const int gw = blockIdx.x * kWarps + c;
-    const uint32_t full0 = smem_u32(&full[c][0]), empty0 = smem_u32(&empty[c][0]);
-    const uint32_t ring0 = smem_u32(smem + c * R * kUnit);
-    const uint64_t policy = evict_first_policy();
-    // Cursor over matvec i's range of this consumer, then the next matvec's, and so on.
-    int i = feeds ? 0 : count, u = 0, u1 = 0, kb = 0, kblocks = 1;
-    size_t tile_stride = 0;
-    const uint8_t* chunk = nullptr;
-    bool unlocked = true;  // kNoCross: matvec i's barrier has been seen
-    auto enter = [&] {     // move to the first matvec at or after i with units in this range
-      for (; i < count; ++i) {
-        const StreamPlan& p = seq[i].plan;
-        kblocks = seq[i].kblocks;
-        u = min(gw * p.per_warp, p.units);
-        u1 = min(u + p.per_warp, p.units);
-        if (u >= u1) continue;
-        const int gpair = u / kblocks;
-        kb = u - gpair * kblocks;
-        tile_stride = static_cast<size_t>(kblocks) * kCB;
-        chunk =
-            seq[i].w + static_cast<size_t>(gpair) * kWarpTiles * tile_stride + static_cast<size_t>(kb) * kCB;
-        unlocked = !(flags & kNoCross) || i == 0;
-        return;
-      }
-    };
-    enter();
-    int slot = 0, issued = 0;
-    uint32_t parity = 0;
-    for (;;) {
-      const bool more = i < count;
-      if (!__any_sync(kFullMask, more)) break;
-      if (!more) continue;
-      if (!unlocked)  // barrier i*grid_bars - 1 (the last before matvec i) complete?
-        unlocked = reached(ld_acquire(arrivals), base + static_cast<unsigned>(i * grid_bars) * nblocks);
-      if (!unlocked) continue;
-      if (issued >= R && !mbar_test(empty0 + 8 * slot, parity)) continue;
-      const uint32_t bar = full0 + 8 * slot, dst = ring0 + slot * kUnit;
-      mbar_expect(bar, kUnit);
-#pragma unroll
-      for (int tile = 0; tile < kWarpTiles; ++tile)
-        bulk_load_hint(dst + tile * kCB, chunk + tile * tile_stride, kCB, bar, policy);
-      ++issued;
-      if (++slot == R) {
-        slot = 0;
-        if (issued > R) parity ^= 1;  // the first round needed no empty phase
-      }
-      chunk += kCB;
-      if (++kb == kblocks) {
-        kb = 0;
-        chunk += (kWarpTiles - 1) * tile_stride;
-      }
-      if (++u == u1) {
-        ++i;
-        enter();
-      }
-    }
-    return;
-  }
-
-  // ---- consumer warps ----
-  const int g = lane >> 2, tig = lane & 3;
-  const int gw = blockIdx.x * kWarps + warp;
-  const uint8_t* my = smem + warp * R * kUnit;
-  const uint32_t full0 = smem_u32(&full[warp][0]), empty0 = smem_u32(&empty[warp][0]);
-  const uint8_t* xp = xs + (g & 1) * 128 + tig * 32;  // t = 1: every lane reads token 0's words
-  const bool rec = stamps != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
-  int slot = 0;
-  uint32_t phase = 0;
-  int bar_j = 0;  // next grid barrier of this launch
-  auto arrive = [&] {
-    consumers_sync();  // every consumer's stores of the phase are issued
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(arrivals, 1u);
-    }
-  };
-  auto wait = [&] {
-    if (threadIdx.x == 0) {
-      const long long t0 = globaltimer();
-      while (!reached(ld_acquire(arrivals), base + static_cast<unsigned>(bar_j + 1) * nblocks))
-        if (globaltimer() - t0 > 2000000000ll) __trap();  // 2 s: a deadlock, not a slow phase
-    }
-    ++bar_j;
-    consumers_sync();
-  };
-  for (int i = 0; i < count; ++i) {
-    if (i > 0) {
-      wait();
-      for (int b = 1; b < grid_bars; ++b) {  // extra grid barriers (a site needing a grid phase)
-        arrive();
-        wait();
-      }
-    }
-    if (rec) stamps[3 * i] = globaltimer();
-    const Mv& m = seq[i];
-    const StreamPlan& plan = m.plan;
-    const int kblocks = m.kblocks;
-    if (!(flags & kSkipSite)) {
-      float one = 1.0f;
-      if (flags & kHeavy) {  // norm stand-in: Σx² over the whole input, one reduction + barriers
-        float ss = 0.0f;
-        for (int c = threadIdx.x * 4; c < kblocks * kBlockK; c += kWarps * 32 * 4) {
-          const float4 v = __ldcg(reinterpret_cast<const float4*>(m.x + c));
-          ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
-        consumers_sync();
-        float tot = 0.0f;
-        for (int w = 0; w < kWarps; ++w) tot += red[w];
-        for (int b = 0; b < extra_bars; ++b) consumers_sync();  // FWHT-like stages
-        one = tot >= 0.0f ? 1.0f : tot;                         // exactly 1: bitwise outputs
-        consumers_sync();                                       // red[] reusable
-      }
-      // The k-blocks this block's units touch (as matvec_ws.cu's staged activation).
-      const int b0 = min(static_cast<int>(blockIdx.x) * kWarps * plan.per_warp, plan.units);
-      const int nb = min(b0 + kWarps * plan.per_warp, plan.units) - b0;
-      int lo0 = 0, len0 = kblocks, len1 = 0;
-      if (nb < kblocks) {
-        lo0 = b0 % kblocks;
-        len0 = min(nb, kblocks - lo0);
-        len1 = nb - len0;
-      }
-      if (flags & kSkipUnits) {  // site cost alone: the whole input, like the largest blocks
-        lo0 = 0;
-        len0 = kblocks;
-        len1 = 0;
-      }
-      const int nq = len0 + len1;
-      auto kb_of = [&](int j) { return j < len0 ? lo0 + j : j - len0; };
-      if (flags & kSerialSite) {
-        for (int j = warp; j < nq; j += kWarps) {
-          const int kb = kb_of(j);
-          float4 v = __ldcg(reinterpret_cast<const float4*>(m.x + kb * kBlockK + lane * 4));
-          v.x *= one;
-          v.y *= one;
-          v.z *= one;
-          v.w *= one;
-          quantize_block(v, lane, reinterpret_cast<uint32_t*>(xs + kb * kActBytes), ms + kb);
-        }
-      } else {  // up to kSiteBatch k-blocks' loads in flight per warp: one L2 round trip for most shapes
-        for (int j0 = warp; j0 < nq; j0 += kWarps * kSiteBatch) {
-          float4 v[kSiteBatch];
-#pragma unroll
-          for (int b = 0; b < kSiteBatch; ++b)
-            if (j0 + b * kWarps < nq)
-              v[b] =
-                  __ldcg(reinterpret_cast<const float4*>(m.x + kb_of(j0 + b * kWarps) * kBlockK + lane * 4));
-#pragma unroll
-          for (int b = 0; b < kSiteBatch; ++b)
-            if (j0 + b * kWarps < nq) {
-              const int kb = kb_of(j0 + b * kWarps);
-              v[b].x *= one;
-              v[b].y *= one;
-              v[b].z *= one;
-              v[b].w *= one;
-              quantize_block(v[b], lane, reinterpret_cast<uint32_t*>(xs + kb * kActBytes), ms + kb);
-            }
-        }
-      }
-      consumers_sync();
-    }
-    if (rec) stamps[3 * i + 1] = globaltimer();
-    if (!(flags & kSkipUnits)) {
-      const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
-      int gpair = u0 / kblocks, kb = u0 - gpair * kblocks;
-      const TiledJob job{m.w, m.y, m.n};
-      float acc[kWarpTiles][2] = {};
-      for (int u = u0; u < u1; ++u) {
-        XStage xc;
-        xc.x[0] = *reinterpret_cast<const uint4*>(xp + kb * kActBytes);
-        xc.x[1] = *reinterpret_cast<const uint4*>(xp + kb * kActBytes + 16);
-        xc.m = ms[kb];
-        mbar_wait(full0 + 8 * slot, phase);
-        const uint8_t* src = my + slot * kUnit;
-        uint4 w[kWarpTiles];
-        uint32_t sc[kWarpTiles][1];
-#pragma unroll
-        for (int tile = 0; tile < kWarpTiles; ++tile) {
-          w[tile] = *reinterpret_cast<const uint4*>(src + tile * kCB + lane * 16);
-          sc[tile][0] = *reinterpret_cast<const uint32_t*>(src + tile * kCB + kCodeBytes + g * 4);
-        }
-        mbar_arrive(empty0 + 8 * slot);  // release: the slot's loads are done
-        unit_dot<1>(acc, w, sc, xc);
-        if (++slot == R) {
-          slot = 0;
-          phase ^= 1;
-        }
-        if (++kb < kblocks && u + 1 < u1) continue;
-        if (flags & kAtomicOut) {  // t = 1: lanes tig == 0 hold token 0's rows g, g + 8 of each tile
-          if (tig == 0)
-#pragma unroll
-            for (int t2 = 0; t2 < kWarpTiles; ++t2) {
-              atomicAdd(m.y + gpair * kPairRows + t2 * kTileRows + g, acc[t2][0]);
-              atomicAdd(m.y + gpair * kPairRows + t2 * kTileRows + g + 8, acc[t2][1]);
-            }
-#pragma unroll
-          for (int t2 = 0; t2 < kWarpTiles; ++t2) acc[t2][0] = acc[t2][1] = 0.0f;
-          kb = 0;
-          ++gpair;
-          continue;
-        }
-        if (flags & kNoFixup) {  // keep the math alive, skip the fix-up's round trips
-          if (acc[0][0] == 12345.0f) m.y[gpair] = acc[1][1];
-#pragma unroll
-          for (int t2 = 0; t2 < kWarpTiles; ++t2) acc[t2][0] = acc[t2][1] = 0.0f;
-          kb = 0;
-          ++gpair;
-          continue;
-        }
-        finish_pair(acc, job, gpair, gpair, gw, plan, kblocks, 0, 1, partial, counters);
-        kb = 0;
-        ++gpair;
-      }
-    }
-    arrive();
-    if (rec) stamps[3 * i + 2] = globaltimer();
-  }
-  if (rec) {
-    while (!reached(ld_acquire(arrivals), base + static_cast<unsigned>(bar_j + 1) * nblocks)) {
-    }
-    stamps[3 * count] = globaltimer();
-  }
-#else
-  __trap();  // sm_90 only (the bulk copies and mbarriers of matvec_common.cuh)
-#endif
-}
+namespace pk {
 
 // ---- weights and inputs ------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
@@ -486,9 +166,10 @@ int arg_int(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
-}  // namespace
+}  // namespace pk
 
 int main(int argc, char** argv) {
+  using namespace pk;
   const int layers = arg_int(argc, argv, "--layers", 64);
   const bool head = arg_int(argc, argv, "--head", 1) != 0;
   const int reps = arg_int(argc, argv, "--reps", 10);
@@ -629,39 +310,57 @@ int main(int argc, char** argv) {
 
   // ---- B: the persistent kernel ----
   int occ = 0;
+  using StepKernel =
+      void (*)(const Mv*, int, float*, int*, unsigned*, unsigned, int, int, int, int, long long*, unsigned);
+  StepKernel kern = persistent_step<DotV0>;  // the dot of the variants below (set per section)
   cudaFuncAttributes fa{};
-  CK(cudaFuncGetAttributes(&fa, persistent_step));
+  CK(cudaFuncGetAttributes(&fa, kern));
+  unsigned* done = nullptr;  // kFlow's row group counters, never reset (the epoch grows instead)
+  size_t total_pairs = 0;
+  for (int i = 0; i < count; ++i) total_pairs += tiled_pairs(seq[i].n);
+  CK(cudaMalloc(&done, total_pairs * sizeof(unsigned)));
+  CK(cudaMemsetAsync(done, 0, total_pairs * sizeof(unsigned), s));
   std::vector<Mv> hseq(count);
-  for (int i = 0; i < count; ++i)
-    hseq[i] = Mv{w + woff[i], input(yb, i),       yb + yoff[i],
-                 seq[i].n,    seq[i].k / kBlockK, plan_one(seq[i].n, seq[i].k / kBlockK, blocks_a)};
+  for (int i = 0, p0 = 0; i < count; p0 += static_cast<int>(tiled_pairs(seq[i].n)), ++i)
+    hseq[i] = Mv{w + woff[i],
+                 input(yb, i),
+                 yb + yoff[i],
+                 done + p0,
+                 seq[i].n,
+                 seq[i].k / kBlockK,
+                 plan_one(seq[i].n, seq[i].k / kBlockK, blocks_a)};
   Mv* dseq = nullptr;
   CK(cudaMalloc(&dseq, count * sizeof(Mv)));
   CK(cudaMemcpy(dseq, hseq.data(), count * sizeof(Mv), cudaMemcpyHostToDevice));
   long long* dstamps = nullptr;
   CK(cudaMalloc(&dstamps, static_cast<size_t>(reps) * (3 * count + 1) * sizeof(long long)));
-  unsigned base = 0;
+  unsigned base = 0, epoch = 0;
   int grid = 0;
   auto run_b = [&](int R, int flags, int extra_bars, int grid_bars, long long* stamps) {
     const size_t smem = static_cast<size_t>(kWarps) * R * kUnit + kMaxKb * (kActBytes + sizeof(float4));
-    CK(cudaFuncSetAttribute(persistent_step, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            static_cast<int>(smem)));
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persistent_step, kThreads, smem));
+    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, smem));
     grid = occ * sms;
     if (grid != blocks_a) {
       std::printf("B: %d blocks per SM resident (R %d, %zu B shared): the plan needs %d; skipped\n", occ, R,
                   smem, kBlocksPerSm);
       return false;
     }
+    const bool flow = flags & kFlow;
+    if (flow) {
+      flags |= kAtomicOut;
+      stamps = nullptr;  // block 0's phases have no barrier to end them
+      ++epoch;
+    }
     void* args[] = {&dseq,      const_cast<int*>(&count),
                     &partial,   &counters,
                     &arrivals,  &base,
                     &flags,     &extra_bars,
                     &grid_bars, &R,
-                    &stamps};
+                    &stamps,    &epoch};
     if (flags & kAtomicOut) CK(cudaMemsetAsync(yb, 0, ybytes * sizeof(float), s));
-    CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(persistent_step), grid, kThreads, args, smem, s));
-    base += static_cast<unsigned>(grid) * ((count - 1) * grid_bars + 1);
+    CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kern), grid, kThreads, args, smem, s));
+    if (!flow) base += static_cast<unsigned>(grid) * ((count - 1) * grid_bars + 1);
     return true;
   };
   struct Result {
@@ -687,15 +386,8 @@ int main(int argc, char** argv) {
     }
     return res;
   };
-  std::printf("B kernel: %d registers, %d B local, %zu B static shared\n", fa.numRegs,
-              static_cast<int>(fa.localSizeBytes), fa.sharedSizeBytes);
-
-  // Correctness: one B step into yb, compared with A's outputs bit for bit.
-  if (!run_b(4, 0, 0, 1, nullptr)) return 1;
-  CK(cudaStreamSynchronize(s));
-  CK(cudaGetLastError());
-  std::printf("B grid: %d blocks (%d per SM) x %d threads\n", grid, occ, kThreads);
-  {
+  // B's outputs against A's, bit for bit (the dots DotV0 / DotV1; A's exact outputs are in ya).
+  auto check_bitwise = [&](const char* label) {
     std::vector<float> ha, hb;
     fetch(ha, hb);
     size_t diff = 0, nonfinite = 0;
@@ -713,11 +405,30 @@ int main(int argc, char** argv) {
     const int last = count - 1;
     for (int r = 0; r < seq[last].n; ++r) rms += static_cast<double>(ha[yoff[last] + r]) * ha[yoff[last] + r];
     std::printf(
-        "check B vs A: %zu of %zu outputs differ bitwise (first in matvec %d); %zu non-finite in A; "
+        "check B (%s) vs A: %zu of %zu outputs differ bitwise (first in matvec %d); %zu non-finite in A; "
         "rms of the last output %.4g\n",
-        diff, ybytes, first_bad, nonfinite, std::sqrt(rms / seq[last].n));
+        label, diff, ybytes, first_bad, nonfinite, std::sqrt(rms / seq[last].n));
     if (diff != 0 || nonfinite != 0) std::printf("CHECK FAILED\n");
+  };
+  const StepKernel kv0 = persistent_step<DotV0>, kv1 = persistent_step<DotV1>,
+                   kb1 = persistent_step<DotB1<2>>;
+  for (StepKernel k : {kv0, kv1, kb1}) {
+    CK(cudaFuncGetAttributes(&fa, k));
+    std::printf("B kernel (%s): %d registers, %d B local, %zu B static shared\n",
+                k == kv0   ? "DotV0"
+                : k == kv1 ? "DotV1"
+                           : "DotB1<2>",
+                fa.numRegs, static_cast<int>(fa.localSizeBytes), fa.sharedSizeBytes);
   }
+  for (StepKernel k : {kv0, kv1}) {  // correctness: one B step into yb each
+    kern = k;
+    CK(cudaMemsetAsync(yb, 0xff, ybytes * sizeof(float), s));
+    if (!run_b(4, 0, 0, 1, nullptr)) return 1;
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    check_bitwise(k == kv0 ? "DotV0, quantize site" : "DotV1, quantize site");
+  }
+  std::printf("B grid: %d blocks (%d per SM) x %d threads\n", grid, occ, kThreads);
 
   // Per-shape breakdown from block 0's timestamps (site: barrier passed -> input quantized;
   // stream: input quantized -> the next barrier passed, i.e. the matvec + the barrier).
@@ -755,23 +466,41 @@ int main(int argc, char** argv) {
     std::printf("B %-52s %8.1f us/step, %5.0f GB/s (%.0f %% of copy), %.2f us per matvec\n", label, r.us,
                 wbytes / (r.us * 1e-6) * 1e-9, 100.0 * wbytes / (r.us * 1e-6) / copy, r.us / count);
   };
+  // B's outputs against A's when they are not bitwise (red.add, dataflow): per matvec max |b - a| /
+  // rms(a), the first matvec's and the worst over the sequence. The adds of a row's warp partials
+  // in arrival order instead of rank order change last bits (~1e-7 relative at the first matvec),
+  // and a changed last bit can move a quantized activation by one step (1/32639 of its block's
+  // amax) in the next matvec; carried along the chain, the later matvecs differ by more (~1e-3).
+  // A k-block read before its rows were final would show as an O(1) difference.
+  auto rel_error = [&](const char* label) {
+    std::vector<float> ha, hb;
+    fetch(ha, hb);
+    double worst = 0.0, first = 0.0;
+    for (int i = 0; i < count; ++i) {
+      double rms = 0.0, dmax = 0.0;
+      for (int r = 0; r < seq[i].n; ++r) {
+        const size_t j = yoff[i] + r;
+        rms += static_cast<double>(ha[j]) * ha[j];
+        dmax = std::max(dmax, static_cast<double>(std::fabs(hb[j] - ha[j])));
+      }
+      const double rel = dmax / std::sqrt(rms / seq[i].n);
+      if (i == 0) first = rel;
+      worst = std::max(worst, rel);
+    }
+    std::printf("check B %s vs A: max |diff| / rms %.3g in matvec 0, %.3g worst over the %d matvecs\n", label,
+                first, worst, count);
+  };
+  std::printf("-- B with session 5's consumer (DotV0 = unit_dot)\n");
+  kern = kv0;
   const Result b_def = time_b(4, 0, 0, 1, true);
   report("ring 4, quantize site, batched loads (default)", b_def);
   breakdown(b_def, "default");
-  const Result b_serial = time_b(4, kSerialSite, 0, 1, true);
-  report("site loads one k-block at a time (first run's site)", b_serial);
-  breakdown(b_serial, "serial site");
   report("ring 3", time_b(3, 0, 0, 1, false));
-  report("ring 2", time_b(2, 0, 0, 1, false));
   report("no cross-barrier prefetch", time_b(4, kNoCross, 0, 1, false));
-  report("heavy site: + sum of squares, + 0 barriers", time_b(4, kHeavy, 0, 1, false));
   const Result b_h5 = time_b(4, kHeavy, 5, 1, true);
   report("heavy site: + sum of squares, + 5 barriers", b_h5);
   breakdown(b_h5, "heavy + 5");
-  report("heavy site: + sum of squares, + 20 barriers", time_b(4, kHeavy, 20, 1, false));
-  report("2 grid barriers per matvec", time_b(4, 0, 0, 2, false));
   report("2 grid barriers per matvec, heavy + 5", time_b(4, kHeavy, 5, 2, false));
-  report("3 grid barriers per matvec, heavy + 5", time_b(4, kHeavy, 5, 3, false));
   const Result b_nosite = time_b(4, kSkipSite, 0, 1, true);  // stale activation: timing only
   report("no site (timing only): units + fix-ups + barrier", b_nosite);
   breakdown(b_nosite, "no site");
@@ -782,7 +511,6 @@ int main(int argc, char** argv) {
   const Result b_atom = time_b(4, kAtomicOut, 0, 1, true);
   report("outputs by red.add, no fix-up chain (not bitwise)", b_atom);
   breakdown(b_atom, "red.add outputs");
-  report("red.add outputs, heavy site + 5", time_b(4, kAtomicOut | kHeavy, 5, 1, false));
   report("red.add outputs, heavy site + 5, 2 grid barriers", time_b(4, kAtomicOut | kHeavy, 5, 2, false));
   {
     CK(cudaEventRecord(e0, s));
@@ -794,10 +522,42 @@ int main(int argc, char** argv) {
     std::printf("  (the outputs' memset alone, %.1f MB: %.1f us)\n", ybytes * 4e-6, ms * 1e3 / reps);
   }
   report("no matvec work: barrier + quantize (whole input)", time_b(4, kSkipUnits, 0, 1, false));
-  report("no matvec work: barrier + serial quantize (whole input)",
-         time_b(4, kSkipUnits | kSerialSite, 0, 1, false));
   report("no matvec work: barrier + heavy site + 5", time_b(4, kSkipUnits | kHeavy, 5, 1, false));
   report("no matvec work, no site: the grid barriers alone", time_b(4, kSkipUnits | kSkipSite, 0, 1, false));
+  // Session 14: the same structure with today's consumers (docs/performance.md, "Session 14").
+  for (StepKernel k : {kv1, kb1}) {
+    kern = k;
+    const bool v1 = k == kv1;
+    std::printf(v1 ? "-- B with production's consumer (DotV1 = unit_dot_v1; bitwise equal to A)\n"
+                   : "-- B with the b1 bit-plane consumer (DotB1<2> = Cm; timing only, wrong outputs)\n");
+    const Result d = time_b(4, 0, 0, 1, true);
+    report("ring 4, quantize site", d);
+    breakdown(d, "quantize site");
+    report("ring 3, quantize site", time_b(3, 0, 0, 1, false));
+    report("heavy site: + sum of squares, + 5 barriers", time_b(4, kHeavy, 5, 1, false));
+    report("quantize site, no fix-up (timing only)", time_b(4, kNoFixup, 0, 1, false));
+    const Result nf = time_b(4, kSkipSite | kNoFixup, 0, 1, true);
+    report("no site, no fix-up (timing only)", nf);
+    breakdown(nf, "no site, no fix-up");
+    const Result at = time_b(4, kAtomicOut, 0, 1, true);
+    report("outputs by red.add, quantize site (not bitwise)", at);
+    breakdown(at, "red.add outputs");
+    report("red.add outputs, heavy site + 5", time_b(4, kAtomicOut | kHeavy, 5, 1, false));
+    report("red.add outputs, heavy site + 5, 2 grid barriers", time_b(4, kAtomicOut | kHeavy, 5, 2, false));
+    report("dataflow: row group counters, sites in the warps, red.add", time_b(4, kFlow, 0, 1, false));
+    report("dataflow, ring 3", time_b(3, kFlow, 0, 1, false));
+    report("dataflow without the waits (timing only: stale inputs)",
+           time_b(4, kFlow | kFlowNoWait, 0, 1, false));
+    if (v1) {
+      CK(cudaGraphLaunch(ga, s));
+      run_b(4, kFlow, 0, 1, nullptr);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaGetLastError());
+      rel_error("dataflow (DotV1)");
+    }
+  }
+  kern = kv1;  // the checks below: production's consumer
+
   // A once more at the end (drift check), then B's outputs of the default site compared again.
   const double us_a2 = time_graph(ga);
   std::printf("A production again: %.1f us/step\n", us_a2);
@@ -818,24 +578,7 @@ int main(int argc, char** argv) {
   CK(cudaGraphLaunch(ga, s));
   run_b(4, kAtomicOut, 0, 1, nullptr);
   CK(cudaStreamSynchronize(s));
-  {
-    std::vector<float> ha, hb;
-    fetch(ha, hb);
-    double worst = 0.0, first = 0.0;
-    for (int i = 0; i < count; ++i) {
-      double rms = 0.0, dmax = 0.0;
-      for (int r = 0; r < seq[i].n; ++r) {
-        const size_t j = yoff[i] + r;
-        rms += static_cast<double>(ha[j]) * ha[j];
-        dmax = std::max(dmax, static_cast<double>(std::fabs(hb[j] - ha[j])));
-      }
-      const double rel = dmax / std::sqrt(rms / seq[i].n);
-      if (i == 0) first = rel;
-      worst = std::max(worst, rel);
-    }
-    std::printf("check B red.add vs A: max |diff| / rms %.3g in matvec 0, %.3g worst over the %d matvecs\n",
-                first, worst, count);
-  }
+  rel_error("red.add");
   // Bitwise once more with the heaviest site and two grid barriers per matvec.
   run_b(4, kHeavy, 5, 2, nullptr);
   CK(cudaStreamSynchronize(s));
