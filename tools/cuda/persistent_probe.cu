@@ -492,26 +492,22 @@ int main(int argc, char** argv) {
   };
   std::printf("-- B with session 5's consumer (DotV0 = unit_dot)\n");
   kern = kv0;
-  const Result b_def = time_b(4, 0, 0, 1, true);
-  report("ring 4, quantize site, batched loads (default)", b_def);
-  breakdown(b_def, "default");
-  report("ring 3", time_b(3, 0, 0, 1, false));
-  report("no cross-barrier prefetch", time_b(4, kNoCross, 0, 1, false));
-  const Result b_h5 = time_b(4, kHeavy, 5, 1, true);
-  report("heavy site: + sum of squares, + 5 barriers", b_h5);
-  breakdown(b_h5, "heavy + 5");
-  report("2 grid barriers per matvec, heavy + 5", time_b(4, kHeavy, 5, 2, false));
-  const Result b_nosite = time_b(4, kSkipSite, 0, 1, true);  // stale activation: timing only
-  report("no site (timing only): units + fix-ups + barrier", b_nosite);
-  breakdown(b_nosite, "no site");
-  const Result b_nofix = time_b(4, kSkipSite | kNoFixup, 0, 1, true);
-  report("no site, no fix-up (timing only)", b_nofix);
-  breakdown(b_nofix, "no site, no fix-up");
+  // One variant: timed, reported, and split per shape from block 0's stamps when `split`.
+  auto variant = [&](const char* label, int R, int flags, int extra_bars, int grid_bars, bool split) {
+    const Result r = time_b(R, flags, extra_bars, grid_bars, split);
+    report(label, r);
+    breakdown(r, label);
+  };
+  variant("ring 4, quantize site, batched loads (default)", 4, 0, 0, 1, true);
+  variant("ring 3", 3, 0, 0, 1, false);
+  variant("no cross-barrier prefetch", 4, kNoCross, 0, 1, false);
+  variant("heavy site: + sum of squares, + 5 barriers", 4, kHeavy, 5, 1, true);
+  variant("2 grid barriers per matvec, heavy + 5", 4, kHeavy, 5, 2, false);
+  variant("no site (timing only): units + fix-ups + barrier", 4, kSkipSite, 0, 1, true);  // stale activation
+  variant("no site, no fix-up (timing only)", 4, kSkipSite | kNoFixup, 0, 1, true);
   // The outputs' memset (before each launch) is in these figures; alone it is timed below.
-  const Result b_atom = time_b(4, kAtomicOut, 0, 1, true);
-  report("outputs by red.add, no fix-up chain (not bitwise)", b_atom);
-  breakdown(b_atom, "red.add outputs");
-  report("red.add outputs, heavy site + 5, 2 grid barriers", time_b(4, kAtomicOut | kHeavy, 5, 2, false));
+  variant("outputs by red.add, no fix-up chain (not bitwise)", 4, kAtomicOut, 0, 1, true);
+  variant("red.add outputs, heavy site + 5, 2 grid barriers", 4, kAtomicOut | kHeavy, 5, 2, false);
   {
     CK(cudaEventRecord(e0, s));
     for (int r = 0; r < reps; ++r) CK(cudaMemsetAsync(yb, 0, ybytes * sizeof(float), s));
@@ -521,33 +517,26 @@ int main(int argc, char** argv) {
     CK(cudaEventElapsedTime(&ms, e0, e1));
     std::printf("  (the outputs' memset alone, %.1f MB: %.1f us)\n", ybytes * 4e-6, ms * 1e3 / reps);
   }
-  report("no matvec work: barrier + quantize (whole input)", time_b(4, kSkipUnits, 0, 1, false));
-  report("no matvec work: barrier + heavy site + 5", time_b(4, kSkipUnits | kHeavy, 5, 1, false));
-  report("no matvec work, no site: the grid barriers alone", time_b(4, kSkipUnits | kSkipSite, 0, 1, false));
+  variant("no matvec work: barrier + quantize (whole input)", 4, kSkipUnits, 0, 1, false);
+  variant("no matvec work: barrier + heavy site + 5", 4, kSkipUnits | kHeavy, 5, 1, false);
+  variant("no matvec work, no site: the grid barriers alone", 4, kSkipUnits | kSkipSite, 0, 1, false);
   // Session 14: the same structure with today's consumers (docs/performance.md, "Session 14").
   for (StepKernel k : {kv1, kb1}) {
     kern = k;
     const bool v1 = k == kv1;
     std::printf(v1 ? "-- B with production's consumer (DotV1 = unit_dot_v1; bitwise equal to A)\n"
                    : "-- B with the b1 bit-plane consumer (DotB1<2> = Cm; timing only, wrong outputs)\n");
-    const Result d = time_b(4, 0, 0, 1, true);
-    report("ring 4, quantize site", d);
-    breakdown(d, "quantize site");
-    report("ring 3, quantize site", time_b(3, 0, 0, 1, false));
-    report("heavy site: + sum of squares, + 5 barriers", time_b(4, kHeavy, 5, 1, false));
-    report("quantize site, no fix-up (timing only)", time_b(4, kNoFixup, 0, 1, false));
-    const Result nf = time_b(4, kSkipSite | kNoFixup, 0, 1, true);
-    report("no site, no fix-up (timing only)", nf);
-    breakdown(nf, "no site, no fix-up");
-    const Result at = time_b(4, kAtomicOut, 0, 1, true);
-    report("outputs by red.add, quantize site (not bitwise)", at);
-    breakdown(at, "red.add outputs");
-    report("red.add outputs, heavy site + 5", time_b(4, kAtomicOut | kHeavy, 5, 1, false));
-    report("red.add outputs, heavy site + 5, 2 grid barriers", time_b(4, kAtomicOut | kHeavy, 5, 2, false));
-    report("dataflow: row group counters, sites in the warps, red.add", time_b(4, kFlow, 0, 1, false));
-    report("dataflow, ring 3", time_b(3, kFlow, 0, 1, false));
-    report("dataflow without the waits (timing only: stale inputs)",
-           time_b(4, kFlow | kFlowNoWait, 0, 1, false));
+    variant("ring 4, quantize site", 4, 0, 0, 1, true);
+    variant("ring 3, quantize site", 3, 0, 0, 1, false);
+    variant("heavy site: + sum of squares, + 5 barriers", 4, kHeavy, 5, 1, false);
+    variant("quantize site, no fix-up (timing only)", 4, kNoFixup, 0, 1, false);
+    variant("no site, no fix-up (timing only)", 4, kSkipSite | kNoFixup, 0, 1, true);
+    variant("outputs by red.add, quantize site (not bitwise)", 4, kAtomicOut, 0, 1, true);
+    variant("red.add outputs, heavy site + 5", 4, kAtomicOut | kHeavy, 5, 1, false);
+    variant("red.add outputs, heavy site + 5, 2 grid barriers", 4, kAtomicOut | kHeavy, 5, 2, false);
+    variant("dataflow: row group counters, sites in the warps, red.add", 4, kFlow, 0, 1, false);
+    variant("dataflow, ring 3", 3, kFlow, 0, 1, false);
+    variant("dataflow without the waits (timing only: stale inputs)", 4, kFlow | kFlowNoWait, 0, 1, false);
     if (v1) {
       CK(cudaGraphLaunch(ga, s));
       run_b(4, kFlow, 0, 1, nullptr);
