@@ -1,10 +1,13 @@
 // `bonsai bench` end to end on a synthesized tiny model: the llama-bench-shaped
 // rows (csv), the -ub/--ubatch-size list (each value runs the pp tests with that
-// prefill chunk, the tg tests run once) and the refusal of bad values.
+// prefill chunk, the tg tests run once), the -d/--n-depth list (every test again
+// after that many context positions) and the refusal of bad values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "text_cli_run.h"
@@ -80,6 +83,65 @@ TEST_F(BenchCli, BadUbatchIsAUsageError) {
     EXPECT_NE(r.err.find("-ub/--ubatch-size"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("[1, 4096]"), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST_F(BenchCli, DepthRunsEveryTestAfterItsContext) {
+  const CliResult r = run_bonsai("bench" + m() + "-p 3 -n 2 -d 0,5 -r 1 -o csv");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto rows = csv_rows(r.out);
+  ASSERT_EQ(rows.size(), 5u) << r.out;  // header; pp3 and tg2 at depth 0, then both at depth 5
+  ASSERT_GE(rows[0].size(), 8u);
+  EXPECT_EQ(rows[0][6], "test");
+  EXPECT_EQ(rows[0][7], "n_depth");
+  const std::vector<std::pair<std::string, std::string>> want{
+      {"pp3", "0"}, {"tg2", "0"}, {"pp3", "5"}, {"tg2", "5"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_GE(rows[i + 1].size(), 8u) << r.out;
+    EXPECT_EQ(rows[i + 1][6], want[i].first) << r.out;
+    EXPECT_EQ(rows[i + 1][7], want[i].second) << r.out;
+  }
+  // llama-bench's markdown label; the profiled steps after a context count the same calls per token as
+  // without one (the context's prefill is not in the breakdown).
+  const CliResult md = run_bonsai("bench" + m() + "-p 0 -n 2 -d 0,5 -r 1 --profile");
+  ASSERT_EQ(md.rc, 0) << md.err;
+  EXPECT_NE(md.out.find("| tg2 @ d5 |"), std::string::npos) << md.out;
+  const size_t at0 = md.out.find("tg2; profiled run"), at5 = md.out.find("tg2 @ d5; profiled run");
+  ASSERT_NE(at0, std::string::npos) << md.out;
+  ASSERT_NE(at5, std::string::npos) << md.out;
+  auto calls = [&](size_t from, size_t to) {  // "| op | calls/token |" of one breakdown, in order
+    std::vector<std::pair<std::string, std::string>> v;
+    std::istringstream in(md.out.substr(from, to - from));
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> c;
+      std::istringstream l(line);
+      for (std::string x; std::getline(l, x, '|');) c.push_back(x);
+      if (c.size() >= 3 && line.rfind("| ", 0) == 0 && c[1] != " op " &&
+          c[1].find("---") == std::string::npos)
+        v.emplace_back(c[1], c[2]);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const auto c0 = calls(at0, at5), c5 = calls(at5, md.out.size());
+  EXPECT_GT(c0.size(), 5u) << md.out;
+  EXPECT_EQ(c0, c5) << md.out;
+}
+
+TEST_F(BenchCli, DepthIsCheckedAgainstItsRangeAndTheTrainedContext) {
+  // The tiny preset's trained context is 4096 positions: a depth of 4094 and 2 steps fit exactly.
+  const CliResult fits = run_bonsai("bench" + m() + "-p 0 -n 2 -d 4094 -r 1 -o csv");
+  ASSERT_EQ(fits.rc, 0) << fits.err;
+  const CliResult over = run_bonsai("bench" + m() + "-p 0 -n 2 -d 4095 -r 1");
+  EXPECT_EQ(over.rc, 2) << over.err;
+  EXPECT_NE(over.err.find("-d/--n-depth 4095"), std::string::npos) << over.err;
+  EXPECT_NE(over.err.find("trained context (4096)"), std::string::npos) << over.err;
+  EXPECT_TRUE(over.out.empty()) << over.out;
+  for (const std::string v : {"-1", "2000000"}) {
+    const CliResult r = run_bonsai("bench" + m() + "-p 0 -n 1 -r 1 -d " + v);
+    EXPECT_EQ(r.rc, 2) << v << "\n" << r.err;
+    EXPECT_NE(r.err.find("-d/--n-depth"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("[0, 1048576]"), std::string::npos) << r.err;
   }
 }
 

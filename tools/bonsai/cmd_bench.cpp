@@ -1,13 +1,18 @@
 // bonsai bench — llama-bench-shaped throughput measurement.
-//   bonsai bench -m M.gguf [-p 512] [-n 128] [-r 5] [-t 1,2] [-ub 256,512] [--path fast] [-o md|json|csv]
-// Each (model, path, threads, test) runs r repetitions after one warm-up; t/s is
-// mean ± sample std. Decode rows also give the weight bytes streamed per second
-// (bytes read per token × t/s) and that as a fraction of this machine's read
-// bandwidth, measured in the same run.
+//   bonsai bench -m M.gguf [-p 512] [-n 128] [-d 0,4096] [-r 5] [-t 1,2] [-ub 256,512] [--path fast]
+//                [-o md|json|csv]
+// Each (model, path, threads, depth, test) runs r repetitions after one warm-up; t/s is
+// mean ± sample std. At a depth d > 0 every repetition first fills d context positions with an
+// untimed prefill of random tokens (llama-bench's -d), so a test measures its steps after them. Decode rows
+// also give the weight bytes streamed per second (bytes read per token × t/s) and that as a fraction of this
+// machine's read bandwidth, measured in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +31,7 @@ struct BenchCli {
   std::vector<std::string> models;
   std::vector<int> n_prompt{512};
   std::vector<int> n_gen{128};
+  std::vector<int> n_depth{0};  // context positions filled (untimed) before each test
   int reps = 5;
   std::vector<int> threads;
   std::vector<int> ubatch{0};  // prompt tokens per batched forward step; 0 = the backend's choice
@@ -47,6 +53,7 @@ struct Row {
   uint64_t size = 0, params = 0;
   int threads = 0;
   int ubatch = 0;                      // the session's prefill chunk (pp tests)
+  int depth = 0;                       // context positions filled before the test
   double mean = 0, std = 0;            // tokens per second
   double weight_gbs = 0, bw_frac = 0;  // decode only
 };
@@ -65,6 +72,9 @@ uint64_t bytes_per_token(const Model& m) {
   return b;
 }
 
+// A bound for -d only (the session refuses a context past the model's trained one with its own message).
+constexpr int kMaxDepth = 1 << 20;
+
 std::string human_size(uint64_t b) { return fmt::format("{:.2f} GiB", b / 1073741824.0); }
 std::string human_params(uint64_t n) {
   if (n >= 1000000000ull) return fmt::format("{:.2f} B", n / 1e9);
@@ -78,6 +88,9 @@ void run(const BenchCli& o) {
     if (p < 0) usage_fail("-p/--n-prompt values must be >= 0 (got {})", p);
   for (int n : o.n_gen)
     if (n < 0) usage_fail("-n/--n-gen values must be >= 0 (got {})", n);
+  if (o.n_depth.empty()) usage_fail("-d/--n-depth needs at least one value");
+  for (int d : o.n_depth)
+    if (d < 0 || d > kMaxDepth) usage_fail("-d/--n-depth values must be in [0, {}] (got {})", kMaxDepth, d);
   std::vector<int> threads = o.threads.empty() ? std::vector<int>{default_thread_count()} : o.threads;
   for (int t : threads)
     if (t < 1 || t > 1024) usage_fail("-t/--threads values must be in [1, 1024] (got {})", t);
@@ -104,8 +117,11 @@ void run(const BenchCli& o) {
     auto model = Model::load(path);
     const ModelConfig& c = model->config();
     const uint64_t bpt = bytes_per_token(*model);
-    std::mt19937 rng(1234);
+    std::mt19937 rng(1234), depth_rng(4321);  // the tests' tokens are the same with or without -d
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.n_vocab) - 1);
+    const int max_depth = *std::max_element(o.n_depth.begin(), o.n_depth.end());
+    std::vector<int32_t> depth_toks(static_cast<size_t>(max_depth));
+    for (auto& x : depth_toks) x = tok(depth_rng);
     for (const auto& p : o.paths)
       for (int nt : threads)
         for (size_t ui = 0; ui < o.ubatch.size(); ++ui) {
@@ -125,57 +141,75 @@ void run(const BenchCli& o) {
           SessionOptions so;
           so.path = p;
           so.n_threads = nt;
-          so.n_ctx = max_n + 1;
+          // Room for the deepest context and the longest test (+ 1 spare position, as before -d existed,
+          // unless that one would pass the model's trained context).
+          const int64_t need = static_cast<int64_t>(max_depth) + max_n;
+          if (c.n_ctx_train > 0 && need > static_cast<int64_t>(c.n_ctx_train))
+            usage_fail(
+                "-d/--n-depth {} + the longest test ({} tokens) exceed the model's trained context ({})",
+                max_depth, max_n, c.n_ctx_train);
+          so.n_ctx =
+              static_cast<int>(c.n_ctx_train > 0 ? std::min<int64_t>(need + 1, c.n_ctx_train) : need + 1);
           so.prefill_chunk = o.ubatch[ui];
           Session s(*model, so);
-          for (const auto& t : tests) {
-            std::vector<int32_t> toks(static_cast<size_t>(t.n));
-            for (auto& x : toks) x = tok(rng);
-            auto once = [&] {
-              s.reset();
-              auto t0 = std::chrono::steady_clock::now();
-              if (t.prompt)
-                s.prefill(toks);
-              else if (o.full_logits)
-                for (int32_t x : toks) s.decode(x);
-              else  // each step as greedy decoding runs it: only the argmax crosses to the host
-                for (int32_t x : toks) s.decode_top_k(x, 1);
-              return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            };
-            fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, t.name);
-            std::fflush(stderr);
-            once();
-            std::vector<double> tps;
-            for (int r = 0; r < o.reps; ++r) {
-              tps.push_back(t.n / once());
-              fmt::print(stderr, " {:.2f}", tps.back());
+          // The context before a test: d positions of depth_toks, prefilled (untimed).
+          auto fill = [&](Session& ss, int d) {
+            ss.reset();
+            if (d > 0) ss.prefill(std::span<const int32_t>(depth_toks.data(), static_cast<size_t>(d)));
+          };
+          for (int d : o.n_depth)
+            for (const auto& t : tests) {
+              std::vector<int32_t> toks(static_cast<size_t>(t.n));
+              for (auto& x : toks) x = tok(rng);
+              const std::string label = d > 0 ? fmt::format("{} @ d{}", t.name, d) : t.name;
+              auto once = [&] {
+                fill(s, d);
+                auto t0 = std::chrono::steady_clock::now();
+                if (t.prompt)
+                  s.prefill(toks);
+                else if (o.full_logits)
+                  for (int32_t x : toks) s.decode(x);
+                else  // each step as greedy decoding runs it: only the argmax crosses to the host
+                  for (int32_t x : toks) s.decode_top_k(x, 1);
+                return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              };
+              fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, label);
               std::fflush(stderr);
+              once();
+              std::vector<double> tps;
+              for (int r = 0; r < o.reps; ++r) {
+                tps.push_back(t.n / once());
+                fmt::print(stderr, " {:.2f}", tps.back());
+                std::fflush(stderr);
+              }
+              fmt::print(stderr, " t/s\n");
+              Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
+              if (t.prompt) row.ubatch = s.prefill_chunk();
+              row.depth = d;
+              for (double v : tps) row.mean += v / tps.size();
+              for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
+              row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
+              if (!t.prompt) {
+                row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
+                row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
+              }
+              rows.push_back(row);
+              if (o.profile && !t.prompt) {
+                // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
+                SessionOptions po = so;
+                po.profile = true;
+                Session ps(*model, po);
+                fill(ps, d);
+                ps.clear_profile();  // the steps only, not the context's prefill
+                for (int32_t x : toks)
+                  if (o.full_logits)
+                    ps.decode(x);
+                  else
+                    ps.decode_top_k(x, 1);
+                breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, label),
+                                      t.n, ps.profile()});
+              }
             }
-            fmt::print(stderr, " t/s\n");
-            Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
-            if (t.prompt) row.ubatch = s.prefill_chunk();
-            for (double v : tps) row.mean += v / tps.size();
-            for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
-            row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
-            if (!t.prompt) {
-              row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
-              row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
-            }
-            rows.push_back(row);
-            if (o.profile && !t.prompt) {
-              // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
-              SessionOptions po = so;
-              po.profile = true;
-              Session ps(*model, po);
-              for (int32_t x : toks)
-                if (o.full_logits)
-                  ps.decode(x);
-                else
-                  ps.decode_top_k(x, 1);
-              breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, t.name),
-                                    t.n, ps.profile()});
-            }
-          }
         }
   }
 
@@ -190,6 +224,7 @@ void run(const BenchCli& o) {
                               {"threads", r.threads},
                               {"n_ubatch", r.ubatch},
                               {"test", r.test},
+                              {"n_depth", r.depth},
                               {"t/s", r.mean},
                               {"t/s_std", r.std},
                               {"weight_gbs", r.weight_gbs},
@@ -199,10 +234,11 @@ void run(const BenchCli& o) {
   }
   if (o.output == "csv") {
     fmt::print(
-        "model,size,params,backend,threads,n_ubatch,test,ts_mean,ts_std,weight_gbs,bandwidth_fraction\n");
+        "model,size,params,backend,threads,n_ubatch,test,n_depth,ts_mean,ts_std,weight_gbs,bandwidth_"
+        "fraction\n");
     for (const auto& r : rows)
-      fmt::print("{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path,
-                 r.threads, r.ubatch, r.test, r.mean, r.std, r.weight_gbs, r.bw_frac);
+      fmt::print("{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path,
+                 r.threads, r.ubatch, r.test, r.depth, r.mean, r.std, r.weight_gbs, r.bw_frac);
     return;
   }
   if (bw > 0) fmt::print("read bandwidth (measured in this run): {:.2f} GB/s\n\n", bw / 1e9);
@@ -213,8 +249,10 @@ void run(const BenchCli& o) {
     std::string gbs = r.weight_gbs > 0 ? fmt::format("{:.2f}", r.weight_gbs) : "";
     std::string frac = r.bw_frac > 0 ? fmt::format("{:.2f}", r.bw_frac) : "";
     std::string ub = !show_ub ? "" : r.ubatch > 0 ? fmt::format(" {} |", r.ubatch) : " |";
+    const std::string test =
+        r.depth > 0 ? fmt::format("{} @ d{}", r.test, r.depth) : r.test;  // llama-bench's
     fmt::print("| {} | {} | {} | {} | {} |{} {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
-               human_params(r.params), r.path, r.threads, ub, r.test, r.mean, r.std, gbs, frac);
+               human_params(r.params), r.path, r.threads, ub, test, r.mean, r.std, gbs, frac);
   }
   for (auto& b : breakdowns) {
     std::sort(b.ops.begin(), b.ops.end(),
@@ -246,6 +284,11 @@ void add_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Generated lengths (tg tests, greedy decode steps; 0 = none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-d,--n-depth", o->n_depth,
+                  "Context positions filled before each test by an untimed prefill of random tokens "
+                  "(tests then measure their steps after them)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
