@@ -580,7 +580,10 @@ TEST_F(CudaOps, AttentionMatchesReference) {
        {Case{6, 2, 128, 1, 37}, Case{8, 1, 256, 5, 0}, Case{24, 4, 256, 1, 300}, Case{4, 4, 64, 7, 70},
         Case{24, 4, 256, 72, 97},      // the 27B's heads, a prefill batch (one split per token)
         Case{24, 4, 256, 1, 2},        // 27B decode, 32 splits: most of them and most warps empty
-        Case{24, 4, 256, 1, 1500}}) {  // 27B decode at a long context: ~47 positions per split
+        Case{24, 4, 256, 1, 1500},     // 27B decode at a long context: ~47 positions per split
+        Case{24, 4, 256, 1, 5000},     // 64 splits (attention_decode_splits): the block-wide merge
+        Case{24, 4, 256, 1, 20000},    // 256 splits, one per merge thread
+        Case{6, 2, 128, 1, 69999}}) {  // 256 splits, merged by 128 threads (two splits each)
     const int n_ctx = cs.pos0 + cs.t + 3;
     const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
     // fp16 operands: CudaAttentionMma.MatchesFp16OperandReference (this case with BONSAI_CUDA_ATTN=0..2)

@@ -1,5 +1,6 @@
 // The tensor-core prefill attention (kernels/cuda/attention_mma.cu, BONSAI_CUDA_ATTN=3|4) against
-// a double-precision reference on the kernel's own fp16-rounded q, k and v. Needs a device.
+// a double-precision reference on the kernel's own fp16-rounded q, k and v; the decode attention's
+// split count across a recorded step's re-recording. Needs a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +10,10 @@
 
 #include "bonsai/formats.h"
 #include "kernels/backend.h"
+#include "kernels/ref/ops.h"
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
 #endif
 
 #include "test_util.h"
@@ -129,6 +132,54 @@ TEST(CudaAttentionMma, MatchesFp16OperandReference) {
     for (float* p : {dq, dk, dv, out}) be.release(p);
   }
   if (ran == 0) GTEST_SKIP() << "BONSAI_CUDA_ATTN selects the fp32 split kernel for every batch";
+}
+
+// A recorded decode step keeps the attention split count it was recorded with: when the context
+// grows into another count (attention_decode_splits: 32 -> 64 at 4096 positions with the default
+// 64 per split), replay_step declines, that step runs eagerly and a later one records again.
+// Every step, replayed or not, matches the reference at its position (the fp32 split kernel; the
+// merge adds the splits' partials in another order than the reference's one pass: a few ε).
+TEST(CudaAttentionDecode, RecordedStepRecordsAgainWhenTheSplitCountChanges) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int cross = 2;  // the first context size whose split count differs from the one before
+  while (cross < (1 << 20) &&
+         cuda::attention_decode_splits(cross) == cuda::attention_decode_splits(cross - 1))
+    ++cross;
+  ASSERT_LT(cross, 1 << 20) << "one split count for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
+  CudaBackend be(0);
+  const AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  const int first = cross - 5, steps = 9, n_ctx = first + steps + 1;  // position first + 4: cross positions
+  const size_t kv = static_cast<size_t>(n_ctx) * s.n_head_kv * s.head_dim;
+  auto q = randn(static_cast<size_t>(s.n_head) * s.head_dim, 194, 2.0f);
+  auto kc = randn(kv, 195), vc = randn(kv, 196);
+  float *dq = be.alloc(q.size()), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(q.size());
+  be.from_host(dq, q.data(), q.size());
+  be.from_host(dk, kc.data(), kv);
+  be.from_host(dv, vc.data(), kv);
+  const int32_t tok = 0;
+  std::vector<int> replayed;
+  for (int pos = first; pos < first + steps; ++pos) {
+    const bool replay = be.replay_step(&tok, 1, pos);  // as Graph::compute runs a decode step
+    if (replay) replayed.push_back(pos);
+    if (!replay) {
+      const bool capturing = be.begin_capture(&tok, 1, pos);
+      be.attention(dq, dk, dv, out, 1, pos, s);
+      if (capturing) be.end_capture();
+    }
+    std::vector<float> got(q.size()), want(q.size());
+    be.to_host(got.data(), out, got.size());
+    ref::attention(q.data(), kc.data(), vc.data(), want.data(), 1, pos, s);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5 * std::max(1.0f, std::fabs(want[i])))
+          << "position " << pos << " at " << i;
+  }
+  // Any growth of a buffer makes the backend warm up again (one eager step) before it records.
+  // first: eager, the partials' buffer allocated; + 1: eager; + 2: recorded; + 3: replayed;
+  // + 4 (`cross` positions): declined, eager, the buffer grows for more splits; + 5: eager; + 6:
+  // recorded with them; + 7, + 8: replayed.
+  EXPECT_EQ(replayed, (std::vector<int>{first + 3, first + 7, first + 8}));
+  for (float* p : {dq, dk, dv, out}) be.release(p);
 }
 
 }  // namespace

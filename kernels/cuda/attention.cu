@@ -201,10 +201,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 // wait, together with warp 0's maxima and sums, so the kernel makes one memory round trip
 // instead of three (weights, then the values in rounds of 8, then the gate); the same sum in
 // the same order (bit-identical).
+// More than 32 splits (S = 0; the long-context decode counts of attention_decode_splits, up to
+// kAttentionMaxSplits): the block finds the maximum and the denominator (each thread's splits
+// tid, tid + blockDim, ... in order, then warp_max / warp_sum, then the warps' values in warp
+// order: a fixed order, so the result is deterministic), and the value sum keeps 32 loads in
+// flight per thread.
 template <int S>
 __global__ void attention_merge_kernel(const float* __restrict__ part, float* __restrict__ out, int splits,
                                        int head_dim, const float* __restrict__ gate, int64_t gate_stride) {
-  __shared__ float fac[32], inv_den;
+  __shared__ float fac[kAttentionMaxSplits], inv_den, red[32];
   pdl_trigger();
   pdl_wait();
   if (S) splits = S;
@@ -221,7 +226,35 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
     for (int sp = 0; sp < (S > 0 ? S : 1); ++sp) pv[sp] = pr[sp * row + 2 + d];
     if (gate) g = gate[th * gate_stride + d];
   }
-  if (threadIdx.x < 32) {
+  if (S == 0 && splits > 32) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mloc = -INFINITY;
+    for (int sp = threadIdx.x; sp < splits; sp += blockDim.x) {
+      fac[sp] = pr[sp * row];  // the maxima first, turned into weights below
+      mloc = fmaxf(mloc, fac[sp]);
+    }
+    mloc = warp_max(mloc);
+    if (lane == 0) red[warp] = mloc;
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int w = 0; w < nw; ++w) mx = fmaxf(mx, red[w]);
+    __syncthreads();  // red[] is reused for the sums
+    float dloc = 0.0f;
+    for (int sp = threadIdx.x; sp < splits; sp += blockDim.x) {
+      const float m = fac[sp];
+      const float f = m == -INFINITY ? 0.0f : expf(m - mx);  // 0 for an empty split
+      dloc += f * pr[sp * row + 1];
+      fac[sp] = f;
+    }
+    dloc = warp_sum(dloc);
+    if (lane == 0) red[warp] = dloc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float den = 0.0f;
+      for (int w = 0; w < nw; ++w) den += red[w];
+      inv_den = 1.0f / den;
+    }
+  } else if (threadIdx.x < 32) {
     const int sp = threadIdx.x;
     const float m = sp < splits ? pr[sp * row] : -INFINITY;
     const float lm = sp < splits ? pr[sp * row + 1] : 0.0f;  // loaded with m, not after the max
@@ -237,6 +270,10 @@ __global__ void attention_merge_kernel(const float* __restrict__ part, float* __
   if constexpr (S > 0) {
 #pragma unroll
     for (int sp = 0; sp < (S > 0 ? S : 1); ++sp) num += fac[sp] * pv[sp];
+  } else if (splits > 32) {
+#pragma unroll 32
+    for (int sp = 0; sp < splits; ++sp) num += fac[sp] * pr[sp * row + 2 + d];
+    if (gate) g = gate[th * gate_stride + d];
   } else {
 #pragma unroll 8
     for (int sp = 0; sp < splits; ++sp) num += fac[sp] * pr[sp * row + 2 + d];

@@ -1,6 +1,8 @@
 // BONSAI_CUDA_ATTN: which kernel runs the attention (kernels/cuda/launch.h, attention_mode);
 // BONSAI_CUDA_ATTN_SPLITS: the tensor-core prefill kernel's split count (attention_mma_forced_splits).
 // The knob:: functions parse (kernels/cuda/knobs.h); the others cache their result once per process.
+#include <cstdint>
+
 #include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
 #include "runtime/env.h"
@@ -22,6 +24,18 @@ int knob::attn_splits() { return env_int("BONSAI_CUDA_ATTN_SPLITS", 0, 1, 32); }
 
 int attention_mma_forced_splits() {
   static const int splits = knob::attn_splits();
+  return splits;
+}
+
+// The decode rule (attention_decode_splits): a single-token step's split count doubles from
+// kAttentionDecodeMinSplits while every split would still get `per` positions of the cache.
+int knob::attn_dec_per() { return env_int("BONSAI_CUDA_ATTN_DEC_PER", 64, 1, 1 << 20); }
+int knob::attn_dec_max() { return env_int_in("BONSAI_CUDA_ATTN_DEC_MAX", 256, {32, 64, 128, 256}); }
+
+int attention_decode_splits(int n_kv) {
+  static const int per = knob::attn_dec_per(), cap = knob::attn_dec_max();
+  int splits = kAttentionDecodeMinSplits;
+  while (splits < cap && static_cast<int64_t>(2 * splits) * per <= n_kv) splits *= 2;
   return splits;
 }
 

@@ -103,7 +103,7 @@ inline bool raw_type(DType t, cuda::RawType& out) {
   }
 }
 
-constexpr int kDecodeSplits = 32;  // attention splits of a (recordable) single-token step
+constexpr int kDecodeSplits = cuda::kAttentionDecodeMinSplits;  // the most splits of a batch (t > 1)
 // Default of BONSAI_CUDA_MV_EVICT: the matvec's weight copies marked L2 evict-first, so that a
 // weight streamed through the L2 (up to 47 MB per launch, 60 MB of L2) does not push out the
 // activations, states and partial sums the site kernels read next (docs/performance.md).
@@ -310,6 +310,9 @@ struct CudaBackend::Impl : BackendKnobs {
   // in it, and replays are serialized, so the site may read its states early (GdnFused).
   bool step_recording = false;
   cudaGraphExec_t exec = nullptr;
+  // The attention split count the recording in progress used / exec was recorded with (0: the
+  // step has no attention); a replay whose context wants another count records again.
+  int rec_attn_splits = 0, exec_attn_splits = 0;
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);

@@ -73,9 +73,11 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
     wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
     return;
   }
-  // One token (a recordable decode step): a fixed split count, so the launch does not depend
-  // on the position. Batches: enough blocks to fill the device.
-  int splits = kDecodeSplits;
+  // One token (a decode step): the split count of its context (cuda::attention_decode_splits),
+  // which a recorded step keeps for as long as the count does not change (replay_step records
+  // again when it would). Batches: enough blocks to fill the device.
+  int splits = cuda::attention_decode_splits(pos0 + 1);
+  if (capturing) rec_attn_splits = splits;
   if (t > 1) {
     const int blocks = t * s.n_head_kv;
     splits = std::clamp((2 * prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
@@ -83,7 +85,7 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
   }
   grow(part, static_cast<size_t>(t) * s.n_head * splits * (s.head_dim + 2) * sizeof(float),
        "attention partials");
-  if (attn_fwht && splits == kDecodeSplits && (s.head_dim == 128 || s.head_dim == 256)) {
+  if (attn_fwht && splits == cuda::kAttentionDecodeMinSplits && (s.head_dim == 128 || s.head_dim == 256)) {
     // the merge held back: the next op may be the FWHT site of out (CudaBackend::hadamard)
     cuda::attention_splits(q, k_cache, v_cache, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
                            s.n_head_kv, s.head_dim, s.scale, stream);

@@ -129,6 +129,8 @@ void check_knobs() {
   (void)knob::mv_bps();
   (void)knob::mv_reserve();
   (void)knob::attn();
+  (void)knob::attn_dec_per();
+  (void)knob::attn_dec_max();
   (void)knob::attn_splits();
   (void)knob::gemm_kernel();
   (void)knob::gemm_wg_min_blocks();

@@ -226,7 +226,8 @@ void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, 
                 cudaStream_t s);
 // Split-K attention: `splits` partial softmaxes per (token, head) in `part`
 // ([t][n_head][splits][head_dim + 2]), then merged into out, times
-// sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is given. splits <= 32.
+// sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is given.
+// splits <= kAttentionMaxSplits (below).
 // head_dim % 32 == 0, <= 256; n_head / n_head_kv <= 8.
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
                int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
@@ -250,6 +251,17 @@ void attention_splits(const float* q, const float* k_cache, const float* v_cache
 bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int splits, int head_dim,
                           const float* gate, int64_t gate_stride, const float* signs, float* y, int64_t block,
                           uint8_t* xq, float4* meta, cudaStream_t s);
+// The split count of a single-token (decode) step whose cache holds n_kv positions, this one's
+// included: kAttentionDecodeMinSplits up to a context of 2·per positions per split, then doubled
+// while each split keeps `per` positions, up to kAttentionMaxSplits (BONSAI_CUDA_ATTN_DEC_PER,
+// default 64; BONSAI_CUDA_ATTN_DEC_MAX, default 256 = kAttentionMaxSplits, 32 = always
+// kAttentionDecodeMinSplits as before session 14). A recorded step keeps the count it was recorded
+// with, so CudaBackend records again when a step's count differs (replay_step). Why more splits at
+// long contexts: each split is one block of 4 warps walking its positions, so 32 splits x the KV
+// heads (128 blocks on the 27B, one per SM) cannot keep enough cache reads in flight.
+inline constexpr int kAttentionDecodeMinSplits = 32, kAttentionMaxSplits = 256;
+int attention_decode_splits(int n_kv);
+
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
 // errors): 0, 1, 2 the fp32 split kernel's variants (attention.cu) for every batch; 3 (default) and 4
 // prefill batches of at least kAttentionMmaMinTokens tokens on the tensor cores (attention_mma.cu) with
