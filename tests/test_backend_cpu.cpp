@@ -71,6 +71,26 @@ TEST_P(CpuBackendOps, AttentionMatchesReference) {
   EXPECT_LT(max_rel_diff(a, b), 1e-5);
 }
 
+// A decode step past 512 positions runs in chunks of 512 (BONSAI_CPU_ATTN_CHUNK's default) merged
+// afterwards: the same scores, another summation order (~1e-6 relative), and the same floats at
+// any thread count, since the chunks do not depend on it. The last chunk holds one position at
+// 1025 and 1537; 1500 leaves a partial one.
+TEST_P(CpuBackendOps, AttentionDecodeChunksMatchReference) {
+  AttentionShape s{6, 2, 40, 1.0f / std::sqrt(40.0f)};
+  CpuBackend one(1, std::get<0>(GetParam()), cpu::Precision::Faithful);
+  for (int pos0 : {1024, 1499, 1536}) {
+    const int ctx = pos0 + 1;
+    auto kc = randn(ctx * 2 * 40, 30 + pos0), vc = randn(ctx * 2 * 40, 31 + pos0),
+         q = randn(6 * 40, 32, 3.0f);
+    std::vector<float> a(6 * 40), b(a.size()), c(a.size());
+    be_->attention(q.data(), kc.data(), vc.data(), a.data(), 1, pos0, s);
+    ref::attention(q.data(), kc.data(), vc.data(), b.data(), 1, pos0, s);
+    one.attention(q.data(), kc.data(), vc.data(), c.data(), 1, pos0, s);
+    EXPECT_LT(max_rel_diff(a, b), 1e-5) << pos0;
+    EXPECT_EQ(a, c) << pos0 << ": the thread count changed the result";
+  }
+}
+
 TEST_P(CpuBackendOps, DeltaRuleMatchesReference) {
   GdnShape s{2, 6, 16, 24, 1e-6f};
   const int t = 4, width = 2 * 2 * 16 + 6 * 24;
