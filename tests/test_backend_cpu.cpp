@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bonsai/model.h"
@@ -88,6 +89,24 @@ TEST_P(CpuBackendOps, AttentionDecodeChunksMatchReference) {
     one.attention(q.data(), kc.data(), vc.data(), c.data(), 1, pos0, s);
     EXPECT_LT(max_rel_diff(a, b), 1e-5) << pos0;
     EXPECT_EQ(a, c) << pos0 << ": the thread count changed the result";
+  }
+}
+
+// A batch runs in tiles of 8 tokens over blocks of 32 positions with an online softmax: a partial
+// tile (11, 20 tokens), a first block shorter than the tile's rows need (pos0 0), a partial last
+// block (70 + 11), against the reference and bitwise across thread counts.
+TEST_P(CpuBackendOps, AttentionBatchTilesMatchReference) {
+  AttentionShape s{6, 2, 40, 1.0f / std::sqrt(40.0f)};
+  CpuBackend one(1, std::get<0>(GetParam()), cpu::Precision::Faithful);
+  for (auto [t, pos0] : {std::pair{11, 70}, std::pair{20, 0}, std::pair{2, 31}}) {
+    const int ctx = pos0 + t;
+    auto kc = randn(ctx * 2 * 40, 40 + t), vc = randn(ctx * 2 * 40, 41 + t), q = randn(t * 6 * 40, 42, 3.0f);
+    std::vector<float> a(t * 6 * 40), b(a.size()), c(a.size());
+    be_->attention(q.data(), kc.data(), vc.data(), a.data(), t, pos0, s);
+    ref::attention(q.data(), kc.data(), vc.data(), b.data(), t, pos0, s);
+    one.attention(q.data(), kc.data(), vc.data(), c.data(), t, pos0, s);
+    EXPECT_LT(max_rel_diff(a, b), 1e-5) << t << " tokens at " << pos0;
+    EXPECT_EQ(a, c) << t << " tokens at " << pos0 << ": the thread count changed the result";
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/ref/ops.h"
 #include "runtime/env.h"
 
@@ -30,6 +31,23 @@ inline float dot(const float* a, const float* b, int d) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// w[j] = exp(w[j] - mx) for j < n, 8 lanes at a time (exp8: within 2 ulp of expf; the tail
+// padded with -inf, whose exp8 is ~4e-39, not added); returns the sum of the n values in a fixed
+// order (lane sums, then the lanes in order).
+float exp_shift_sum(float* w, int n, float mx) {
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(w + j), m));
+    _mm256_storeu_ps(w + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  for (; j < n; ++j) sum += (w[j] = std::exp(w[j] - mx));
+  return sum;
+}
+
 // A decode step (one token) over n_kv > chunk positions, flash-decoding style: one task per (KV
 // head, chunk of `chunk` positions) computes for each query head of the group its chunk's maximum
 // score m, the sum l of exp(score - m) and the sum of exp(score - m)·v; then one task per query
@@ -51,25 +69,25 @@ void attention_decode_chunked(const float* q, const float* k_cache, const float*
     float* m = part.get() + task * stride;
     float *l = m + group, *acc = m + 2 * group;
     const float* qg = q + static_cast<int64_t>(hk) * group * d;
-    std::vector<float> w(static_cast<size_t>(p1 - p0) * group);  // [p][g] scores, then exp(score - m)
+    const int np = p1 - p0;
+    std::vector<float> w(static_cast<size_t>(np) * group);  // [g][p] scores, then exp(score - m)
     for (int p = p0; p < p1; ++p) {
       const float* kp = k_cache + p * kv_stride + hk * d;
       for (int g = 0; g < group; ++g)
-        w[static_cast<size_t>(p - p0) * group + g] = dot(qg + g * d, kp, d) * s.scale;
+        w[static_cast<size_t>(g) * np + (p - p0)] = dot(qg + g * d, kp, d) * s.scale;
     }
     for (int g = 0; g < group; ++g) {
-      float mx = -INFINITY, sum = 0;
-      for (int p = 0; p < p1 - p0; ++p) mx = std::max(mx, w[static_cast<size_t>(p) * group + g]);
-      for (int p = 0; p < p1 - p0; ++p)
-        sum += (w[static_cast<size_t>(p) * group + g] = std::exp(w[static_cast<size_t>(p) * group + g] - mx));
+      float* wg = w.data() + static_cast<size_t>(g) * np;
+      float mx = -INFINITY;
+      for (int p = 0; p < np; ++p) mx = std::max(mx, wg[p]);
       m[g] = mx;
-      l[g] = sum;
+      l[g] = exp_shift_sum(wg, np, mx);
     }
     std::fill(acc, acc + static_cast<int64_t>(group) * d, 0.0f);
     for (int p = p0; p < p1; ++p) {
       const float* vp = v_cache + p * kv_stride + hk * d;
       for (int g = 0; g < group; ++g) {
-        const __m256 wp = _mm256_set1_ps(w[static_cast<size_t>(p - p0) * group + g]);
+        const __m256 wp = _mm256_set1_ps(w[static_cast<size_t>(g) * np + (p - p0)]);
         float* o = acc + g * d;
         for (int e = 0; e < d; e += 8)
           _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + e), _mm256_loadu_ps(o + e)));
@@ -98,6 +116,65 @@ void attention_decode_chunked(const float* q, const float* k_cache, const float*
   });
 }
 
+// A batch (prefill, t > 1) in tiles of kTileTokens tokens: one task per (KV head, token tile) walks
+// the cache in blocks of kBlockPos positions, and every (token, query head) row of the tile takes the
+// block's K and V rows while they are in cache, with an online softmax (running maximum m, sum l,
+// unnormalized acc, rescaled when m grows). Why: one task per (token, KV head) read a token's whole
+// cache from memory for every token, so a 64-token chunk after 2048 positions streamed its K/V rows
+// 64 times; here once per tile. Fixed tile and block sizes: the floats do not depend on -t.
+constexpr int kTileTokens = 8, kBlockPos = 32;
+
+void attention_batch_tiled(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+                           int pos0, const AttentionShape& s, ThreadPool& pool) {
+  const int d = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int tiles = (t + kTileTokens - 1) / kTileTokens;
+  const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
+  pool.parallel_for(static_cast<int64_t>(s.n_head_kv) * tiles, [&](int64_t task, int) {
+    const int hk = static_cast<int>(task % s.n_head_kv), tile = static_cast<int>(task / s.n_head_kv);
+    const int i0 = tile * kTileTokens, i1 = std::min(t, i0 + kTileTokens), rows = (i1 - i0) * group;
+    std::vector<float> m(rows, -INFINITY), l(rows, 0.0f), acc(static_cast<size_t>(rows) * d, 0.0f);
+    float w[kBlockPos];
+    const int n_end = pos0 + i1;  // the tile's last token sees positions [0, n_end)
+    for (int b0 = 0; b0 < n_end; b0 += kBlockPos) {
+      for (int i = i0; i < i1; ++i) {
+        const int b1 = std::min(b0 + kBlockPos, pos0 + i + 1);  // causal: token i sees [0, pos0 + i]
+        if (b1 <= b0) continue;
+        for (int g = 0; g < group; ++g) {
+          const int r = (i - i0) * group + g;
+          const float* qr =
+              q + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group + g) * d;
+          float mb = -INFINITY;
+          for (int p = b0; p < b1; ++p) {
+            w[p - b0] = dot(qr, k_cache + p * kv_stride + hk * d, d) * s.scale;
+            mb = std::max(mb, w[p - b0]);
+          }
+          const float mn = std::max(m[r], mb);
+          const float corr = std::exp(m[r] - mn);  // 0 on the first block (m = -inf)
+          l[r] = l[r] * corr + exp_shift_sum(w, b1 - b0, mn);
+          m[r] = mn;
+          float* a = acc.data() + static_cast<size_t>(r) * d;
+          const __m256 cv = _mm256_set1_ps(corr);
+          for (int e = 0; e < d; e += 8) _mm256_storeu_ps(a + e, _mm256_mul_ps(cv, _mm256_loadu_ps(a + e)));
+          for (int p = b0; p < b1; ++p) {
+            const float* vp = v_cache + p * kv_stride + hk * d;
+            const __m256 wp = _mm256_set1_ps(w[p - b0]);
+            for (int e = 0; e < d; e += 8)
+              _mm256_storeu_ps(a + e, _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + e), _mm256_loadu_ps(a + e)));
+          }
+        }
+      }
+    }
+    for (int i = i0; i < i1; ++i)
+      for (int g = 0; g < group; ++g) {
+        const int r = (i - i0) * group + g;
+        const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
+        const float* a = acc.data() + static_cast<size_t>(r) * d;
+        float* o = out + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group + g) * d;
+        for (int e = 0; e < d; e += 8) _mm256_storeu_ps(o + e, _mm256_mul_ps(inv, _mm256_loadu_ps(a + e)));
+      }
+  });
+}
+
 }  // namespace
 
 void attention_avx2(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
@@ -112,6 +189,12 @@ void attention_avx2(const float* q, const float* k_cache, const float* v_cache, 
   static const int chunk = env_int("BONSAI_CPU_ATTN_CHUNK", 512, 0, 1 << 20);
   if (t == 1 && chunk > 0 && pos0 + 1 > chunk) {
     attention_decode_chunked(q, k_cache, v_cache, out, pos0, s, chunk, pool);
+    return;
+  }
+  // BONSAI_CPU_ATTN_TILED=0: batches one task per (token, KV head) as before session 14.
+  static const bool tiled = env_flag("BONSAI_CPU_ATTN_TILED", true);
+  if (t > 1 && tiled) {
+    attention_batch_tiled(q, k_cache, v_cache, out, t, pos0, s, pool);
     return;
   }
   const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
