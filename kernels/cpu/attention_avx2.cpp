@@ -31,9 +31,9 @@ inline float dot(const float* a, const float* b, int d) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// w[j] = exp(w[j] - mx) for j < n, 8 lanes at a time (exp8: within 2 ulp of expf; the tail
-// padded with -inf, whose exp8 is ~4e-39, not added); returns the sum of the n values in a fixed
-// order (lane sums, then the lanes in order).
+// w[j] = exp(w[j] - mx) for j < n, 8 lanes at a time by exp8 (within 2 ulp of expf), the last
+// n % 8 by expf; returns the sum of the n values in a fixed order (the 8 lanes' running sums
+// added by hsum, then the tail in order).
 float exp_shift_sum(float* w, int n, float mx) {
   const __m256 m = _mm256_set1_ps(mx);
   __m256 acc = _mm256_setzero_ps();
