@@ -252,8 +252,8 @@ bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int 
                           const float* gate, int64_t gate_stride, const float* signs, float* y, int64_t block,
                           uint8_t* xq, float4* meta, cudaStream_t s);
 // The split count of a single-token (decode) step whose cache holds n_kv positions, this one's
-// included: kAttentionDecodeMinSplits up to a context of 2·per positions per split, then doubled
-// while each split keeps `per` positions, up to kAttentionMaxSplits (BONSAI_CUDA_ATTN_DEC_PER,
+// included: kAttentionDecodeMinSplits below 2 x kAttentionDecodeMinSplits x per positions, then
+// doubled while each split keeps `per` positions, up to kAttentionMaxSplits (BONSAI_CUDA_ATTN_DEC_PER,
 // default 64; BONSAI_CUDA_ATTN_DEC_MAX, default 256 = kAttentionMaxSplits, 32 = always
 // kAttentionDecodeMinSplits as before session 14). A recorded step keeps the count it was recorded
 // with, so CudaBackend records again when a step's count differs (replay_step). Why more splits at
