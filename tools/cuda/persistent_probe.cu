@@ -42,6 +42,7 @@
 //   nvcc -O3 -std=c++20 -I. -gencode arch=compute_90a,code=sm_90a -o .prebuilt-pk/persistent_probe
 //        tools/cuda/persistent_probe.cu kernels/cuda/matvec.cu  (one line; this TU includes matvec_ws.cu)
 // Run: persistent_probe [--layers 64] [--head 1] [--reps 10]   (on the H200: --reps 20, ~3 s)
+//      persistent_probe --tails 1 | 2: session 15's block-by-block section (1 = both parts, 2 = part 2)
 // Prints: the D2D copy rate; A's µs per step (and with the matvec launches alone); B's check
 // against A (bitwise, both exact dots); B's µs per step for each variant and dot (ring depth, no
 // cross-barrier prefetch, heavier sites, 2 grid barriers per matvec, timing-only variants without the site or
@@ -167,6 +168,8 @@ int arg_int(int argc, char** argv, const char* name, int fallback) {
 }
 
 }  // namespace pk
+
+#include "tools/cuda/persistent_probe_tails.h"  // session 15's --tails section (needs pk::Shape)
 
 int main(int argc, char** argv) {
   using namespace pk;
@@ -310,8 +313,8 @@ int main(int argc, char** argv) {
 
   // ---- B: the persistent kernel ----
   int occ = 0;
-  using StepKernel =
-      void (*)(const Mv*, int, float*, int*, unsigned*, unsigned, int, int, int, int, long long*, unsigned);
+  using StepKernel = void (*)(const Mv*, int, float*, int*, unsigned*, unsigned, int, int, int, int,
+                              long long*, unsigned, Tails);
   StepKernel kern = persistent_step<DotV0>;  // the dot of the variants below (set per section)
   cudaFuncAttributes fa{};
   CK(cudaFuncGetAttributes(&fa, kern));
@@ -336,8 +339,18 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dstamps, static_cast<size_t>(reps) * (3 * count + 1) * sizeof(long long)));
   unsigned base = 0, epoch = 0;
   int grid = 0;
-  auto run_b = [&](int R, int flags, int extra_bars, int grid_bars, long long* stamps) {
-    const size_t smem = static_cast<size_t>(kWarps) * R * kUnit + kMaxKb * (kActBytes + sizeof(float4));
+  unsigned* smc = nullptr;  // Tails::smc
+  CK(cudaMalloc(&smc, 256 * sizeof(unsigned)));
+  CK(cudaMemsetAsync(smc, 0, 256 * sizeof(unsigned), s));
+  long long* dblk = nullptr;  // Tails::blk per rep
+  const size_t blk_rep = static_cast<size_t>(count + 1) * blocks_a;
+  CK(cudaMalloc(&dblk, reps * blk_rep * sizeof(long long)));
+  float* dcum = nullptr;  // Tails::cum (weighted ranges)
+  CK(cudaMalloc(&dcum, 258 * sizeof(float)));
+  auto run_b = [&](int R, int flags, int extra_bars, int grid_bars, long long* stamps, Tails tails = {}) {
+    tails.smc = smc;
+    const size_t smem = static_cast<size_t>(kWarps) * R * kUnit +
+                        ((flags & kNoXs) ? 0 : kMaxKb * (kActBytes + sizeof(float4)));
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, kThreads, smem));
     grid = occ * sms;
@@ -357,7 +370,8 @@ int main(int argc, char** argv) {
                     &arrivals,  &base,
                     &flags,     &extra_bars,
                     &grid_bars, &R,
-                    &stamps,    &epoch};
+                    &stamps,    &epoch,
+                    &tails};
     if (flags & kAtomicOut) CK(cudaMemsetAsync(yb, 0, ybytes * sizeof(float), s));
     CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(kern), grid, kThreads, args, smem, s));
     if (!flow) base += static_cast<unsigned>(grid) * ((count - 1) * grid_bars + 1);
@@ -366,14 +380,18 @@ int main(int argc, char** argv) {
   struct Result {
     double us = 0;
     std::vector<long long> st;
+    std::vector<long long> blk;  // Tails::blk of every rep (when asked)
   };
-  auto time_b = [&](int R, int flags, int extra_bars, int grid_bars, bool keep_stamps) {
+  auto time_b = [&](int R, int flags, int extra_bars, int grid_bars, bool keep_stamps, bool keep_blk = false,
+                    const float* cum = nullptr) {
     Result res;
-    if (!run_b(R, flags, extra_bars, grid_bars, nullptr)) return res;  // warm-up
+    if (!run_b(R, flags, extra_bars, grid_bars, nullptr, Tails{nullptr, cum, nullptr}))
+      return res;  // warm-up
     CK(cudaEventRecord(e0, s));
     for (int r = 0; r < reps; ++r)
       run_b(R, flags, extra_bars, grid_bars,
-            keep_stamps ? dstamps + static_cast<size_t>(r) * (3 * count + 1) : nullptr);
+            keep_stamps ? dstamps + static_cast<size_t>(r) * (3 * count + 1) : nullptr,
+            Tails{keep_blk ? dblk + r * blk_rep : nullptr, cum, nullptr});
     CK(cudaEventRecord(e1, s));
     CK(cudaEventSynchronize(e1));
     CK(cudaGetLastError());
@@ -383,6 +401,10 @@ int main(int argc, char** argv) {
     if (keep_stamps) {
       res.st.resize(static_cast<size_t>(reps) * (3 * count + 1));
       CK(cudaMemcpy(res.st.data(), dstamps, res.st.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+    }
+    if (keep_blk) {
+      res.blk.resize(reps * blk_rep);
+      CK(cudaMemcpy(res.blk.data(), dblk, res.blk.size() * sizeof(long long), cudaMemcpyDeviceToHost));
     }
     return res;
   };
@@ -490,6 +512,56 @@ int main(int argc, char** argv) {
     std::printf("check B %s vs A: max |diff| / rms %.3g in matvec 0, %.3g worst over the %d matvecs\n", label,
                 first, worst, count);
   };
+  if (arg_int(argc, argv, "--tails", 0) != 0) {  // session 15 (docs/performance.md)
+    kern = kv1;
+    if (arg_int(argc, argv, "--tails", 0) == 1)
+      tails_section(
+          TailsCtx{seq, count, grid, reps, blk_rep, copy, static_cast<double>(wbytes)},
+          [&](int flags, bool keep, const float* cum) {
+            const Result r = time_b(4, flags, 0, 1, keep, keep, cum);
+            return TailsRun{r.us, r.st, r.blk};
+          },
+          dcum);
+    // Part 2: is the persistent structure's floor its synchronization or its stream? Equal shares per SM
+    // (every warp busy), no site, no fix-up; with and without the grid barriers, deeper rings, a faster dot.
+    {
+      std::vector<double> ones(256, 0.0);
+      for (int id = 0; id < sms; ++id) ones[id] = 1.0;  // smids 0 .. SMs - 1 on the H200 (call 1 saw 0..131)
+      const std::vector<float> cum = tails_cum(ones);
+      CK(cudaMemcpy(dcum, cum.data(), cum.size() * sizeof(float), cudaMemcpyHostToDevice));
+      std::printf("-- session 15, part 2: equal shares per SM, no site, no fix-up (timing only)\n");
+      const int ns = kSkipSite | kNoFixup;
+      for (StepKernel k : {kv1, kb1}) {
+        kern = k;
+        const char* dn = k == kv1 ? "DotV1" : "DotB1";
+        for (int R : {3, 4, 6}) {
+          for (int nob : {0, 1}) {
+            const int f = ns | kNoXs | (nob ? kNoBarrier : 0);
+            const Result r = time_b(R, f, 0, 1, false, false, dcum);
+            char label[96];
+            std::snprintf(label, sizeof label, "%s ring %d, %s", dn, R,
+                          nob ? "NO grid barriers" : "grid barriers");
+            report(label, r);
+          }
+        }
+      }
+      kern = kv1;
+      report("DotV1 ring 4, staging kept, grid barriers (= part 1)", time_b(4, ns, 0, 1, false, false, dcum));
+      report("DotV1 ring 4, staging kept, plan's ranges", time_b(4, ns, 0, 1, false, false, nullptr));
+      report("DotV1 ring 4, NO grid barriers, plan's ranges",
+             time_b(4, ns | kNoBarrier, 0, 1, false, false, nullptr));
+      report("no matvec work, no site: the grid barriers alone",
+             time_b(4, kSkipUnits | kSkipSite, 0, 1, false));
+    }
+    kern = kv1;
+    CK(cudaGraphLaunch(ga, s));
+    run_b(4, kAtomicOut, 0, 1, nullptr, Tails{nullptr, dcum, nullptr});  // equal shares per SM
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    rel_error("red.add, weighted ranges");
+    std::printf("done\n");
+    return 0;
+  }
   std::printf("-- B with session 5's consumer (DotV0 = unit_dot)\n");
   kern = kv0;
   // One variant: timed, reported, and split per shape from block 0's stamps when `split`.

@@ -41,6 +41,10 @@ constexpr int kFlow = 128;        // no grid barriers: dataflow (session 14). Ou
                                   // quantizes that k-block itself (the site is local: 128 columns)
                                   // and prefetches the next unit's input when it is ready already
 constexpr int kFlowNoWait = 256;  // kFlow without the waits (timing only: stale inputs)
+constexpr int kNoBarrier = 512;   // timing only: no grid barriers, the consumers run on through the
+                                  // matvecs (stale inputs): the stream without any synchronization
+constexpr int kNoXs = 1024;       // with kSkipSite: no activation staging in shared memory (the dot
+                                  // reads the ring's bytes instead), so deeper rings fit 2 blocks per SM
 constexpr int kSiteBatch = 4;     // k-blocks per warp whose loads are in flight together (6: spills)
 
 // B's consumers run one of the probes' dots (tools/cuda/probe_dots.cuh): DotV0 = unit_dot, the
@@ -98,6 +102,42 @@ __device__ __forceinline__ long long globaltimer() {
   return t;
 }
 
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
+
+// Session 15: where the per-matvec wait comes from, and ranges weighted per SM.
+struct Tails {
+  long long* blk = nullptr;    // [count + 1][blocks]: row i < count = the block's arrival at matvec i's
+                               // barrier (globaltimer); row count = its smid | (its slot on the SM) << 16
+  const float* cum = nullptr;  // [max smid + 2]: cumulative share of the units per SM (cum[0] = 0, the
+                               // last = 1); null = the plan's equal ranges (gw · per_warp)
+  unsigned* smc = nullptr;     // [256]: blocks started per SM, never reset (slot = count & 1)
+};
+
+// Units [u0, u1) of matvec `p` for consumer warp `warp` of the block in slot `slot` of SM `sm`: the
+// plan's equal ranges, or (t.cum) the SM's share split evenly over its 2 x 8 warps. Adjacent warps
+// compute their common boundary from the same expression, so the ranges tile [0, units) exactly.
+__device__ __forceinline__ void unit_range(const StreamPlan& p, const Tails& t, int gw, int sm, int slot,
+                                           int warp, int& u0, int& u1) {
+  if (t.cum == nullptr) {
+    u0 = min(gw * p.per_warp, p.units);
+    u1 = min(u0 + p.per_warp, p.units);
+    return;
+  }
+  constexpr int kPerSm = kBlocksPerSm * kWarps;
+  const float c0 = t.cum[sm], c1 = t.cum[sm + 1];
+  const int lw = slot * kWarps + warp;
+  auto at = [&](int j) {
+    const float c = j == kPerSm ? c1 : c0 + (c1 - c0) * static_cast<float>(j) / kPerSm;
+    return min(p.units, static_cast<int>(static_cast<float>(p.units) * c + 0.5f));
+  };
+  u0 = at(lw);
+  u1 = at(lw + 1);
+}
+
 // ---- B: the persistent kernel ------------------------------------------------------------------
 // Dynamic shared memory: [ring: 8 warps][R][kUnit] [xq: kMaxKb][256 B] [meta: kMaxKb] float4.
 // stamps (block 0, thread 0; may be null): [3 * count + 1] globaltimer values: per matvec i its
@@ -107,22 +147,32 @@ template <class Dot>
 __global__ void __launch_bounds__(kThreads, 2)
     persistent_step(const Mv* __restrict__ seq, int count, float* __restrict__ partial, int* counters,
                     unsigned* arrivals, unsigned base, int flags, int extra_bars, int grid_bars, int R,
-                    long long* stamps, unsigned epoch) {
+                    long long* stamps, unsigned epoch, Tails tails) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kWarps][kMaxRing];
   __shared__ __align__(8) uint64_t empty[kWarps][kMaxRing];
   __shared__ float red[kWarps];
+  __shared__ int where[2];  // this block's SM and its slot there (Tails)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned nblocks = gridDim.x;
-  uint8_t* xs = smem + kWarps * R * kUnit;
+  uint8_t* xs = (flags & kNoXs) ? smem : smem + kWarps * R * kUnit;
   float4* ms = reinterpret_cast<float4*>(xs + kMaxKb * kActBytes);
   if (threadIdx.x < kWarps * R) {
     mbar_init(smem_u32(&full[threadIdx.x / R][threadIdx.x % R]), 1);
     mbar_init(smem_u32(&empty[threadIdx.x / R][threadIdx.x % R]), 32);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  if (threadIdx.x == 0) {
+    const unsigned sm = sm_id();
+    where[0] = static_cast<int>(sm);
+    where[1] = tails.smc != nullptr ? static_cast<int>(atomicAdd(tails.smc + sm, 1u) & 1u) : 0;
+    if (tails.blk != nullptr)
+      tails.blk[static_cast<size_t>(count) * gridDim.x + blockIdx.x] =
+          static_cast<long long>(sm) | (static_cast<long long>(where[1]) << 16);
+  }
   __syncthreads();
+  const int my_sm = where[0], my_slot = where[1];
 
   if (warp >= kWarps) {  // ---- producer: lane l < 4 of producer p feeds consumer 4p + l ----
     if (flags & kSkipUnits) return;
@@ -141,8 +191,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (; i < count; ++i) {
         const StreamPlan& p = seq[i].plan;
         kblocks = seq[i].kblocks;
-        u = min(gw * p.per_warp, p.units);
-        u1 = min(u + p.per_warp, p.units);
+        unit_range(p, tails, gw, my_sm, my_slot, c, u, u1);
         if (u >= u1) continue;
         const int gpair = u / kblocks;
         kb = u - gpair * kblocks;
@@ -199,10 +248,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool rec = stamps != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
   int slot = 0;
   uint32_t phase = 0;
-  int bar_j = 0;  // next grid barrier of this launch
+  int bar_j = 0;      // next grid barrier of this launch
+  int arrive_i = -1;  // the matvec whose barrier the next arrive() ends (-1: an extra grid barrier)
   auto arrive = [&] {
     consumers_sync();  // every consumer's stores of the phase are issued
     if (threadIdx.x == 0) {
+      if (tails.blk != nullptr && arrive_i >= 0)
+        tails.blk[static_cast<size_t>(arrive_i) * gridDim.x + blockIdx.x] = globaltimer();
       __threadfence();
       atomicAdd(arrivals, 1u);
     }
@@ -234,9 +286,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     return __all_sync(kFullMask, ok);
   };
   for (int i = 0; i < count; ++i) {
-    if (i > 0 && !flow) {
+    if (i > 0 && !flow && !(flags & kNoBarrier)) {
       wait();
       for (int b = 1; b < grid_bars; ++b) {  // extra grid barriers (a site needing a grid phase)
+        arrive_i = -1;
         arrive();
         wait();
       }
@@ -263,8 +316,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         consumers_sync();                                       // red[] reusable
       }
       // The k-blocks this block's units touch (as matvec_ws.cu's staged activation).
-      const int b0 = min(static_cast<int>(blockIdx.x) * kWarps * plan.per_warp, plan.units);
-      const int nb = min(b0 + kWarps * plan.per_warp, plan.units) - b0;
+      int b0 = 0, b1 = 0, unused = 0;
+      unit_range(plan, tails, static_cast<int>(blockIdx.x) * kWarps, my_sm, my_slot, 0, b0, unused);
+      unit_range(plan, tails, static_cast<int>(blockIdx.x) * kWarps + kWarps - 1, my_sm, my_slot, kWarps - 1,
+                 unused, b1);
+      const int nb = b1 - b0;
       int lo0 = 0, len0 = kblocks, len1 = 0;
       if (nb < kblocks) {
         lo0 = b0 % kblocks;
@@ -302,7 +358,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (rec) stamps[3 * i + 1] = globaltimer();
     if (!(flags & kSkipUnits)) {
-      const int u0 = min(gw * plan.per_warp, plan.units), u1 = min(u0 + plan.per_warp, plan.units);
+      int u0 = 0, u1 = 0;
+      unit_range(plan, tails, gw, my_sm, my_slot, warp, u0, u1);
       int gpair = u0 / kblocks, kb = u0 - gpair * kblocks;
       const TiledJob job{m.w, m.y, m.n};
       float acc[kWarpTiles][2] = {};
@@ -376,6 +433,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         ++gpair;
       }
     }
+    arrive_i = i;
     if (!flow) arrive();
     if (rec) stamps[3 * i + 2] = globaltimer();
   }
