@@ -16,8 +16,29 @@ namespace bonsai::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMaxE = 8;      // head_dim / 32 <= 8
-constexpr int kMaxGroup = 8;  // query heads per KV head
+constexpr int kMaxE = 8;          // head_dim / 32 <= 8
+constexpr int kMaxGroup = 8;      // query heads per KV head
+constexpr int kRow = kMaxE * 32;  // floats of one cache row slot (head_dim <= 256)
+
+// The split kernel's shared memory: the warps' partials for the final merge and, with PIPE = 2,
+// before them (the same bytes: a block barrier separates the two uses) each warp's ring of D
+// positions' K and V rows.
+template <int PIPE, int D>
+struct SplitSmem {
+  static constexpr int kAcc = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (kRow + 2);
+  static constexpr int kRing = PIPE == 2 ? static_cast<int>(sizeof(float)) * kWarps * D * 2 * kRow : 0;
+  static constexpr int kBytes = kAcc > kRing ? kAcc : kRing;
+};
+
+__device__ __forceinline__ void cp_async_16(float* dst, const float* src) {  // L2 only (.cg): streamed once
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // grid (n_head_kv, splits, t). Warp w takes positions p0 + w, p0 + w + 4, ...; lane holds
 // dims lane + 32e. The warps' partials are merged in shared memory into one per split.
@@ -29,7 +50,14 @@ constexpr int kMaxGroup = 8;  // query heads per KV head
 // interleave; with the group read at run time (G = 0) each head's chain waited for the one
 // before. Same operations in the same order either way: bit-identical to PIPE = 0, G = 0 (the
 // former kernel: BONSAI_CUDA_ATTN=0; =1: PIPE = 1, G = 0).
-template <int PIPE, int G>
+//
+// PIPE = 2 (session 15): each warp streams its positions' K and V rows through a ring of D slots in
+// shared memory filled by cp.async (D positions in flight per warp instead of 2, no register set per
+// position in flight); the rows are read from the ring into the same registers and scored in the
+// same order: bit-identical to PIPE = 1. In a recorded step the ring's first D positions are
+// requested before the dependency wait; this step's own row (n_kv - 1) never goes through the ring
+// there, it is loaded directly after the wait.
+template <int PIPE, int G, int D = 1>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
@@ -43,8 +71,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   // prefill batches (rows of the same batch) wait first.
   const bool early = PIPE && pos_dev != nullptr;
   if (!early) pdl_wait();
-  __shared__ float sm_acc[kWarps][kMaxGroup][kMaxE * 32];
-  __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
+  using Smem = SplitSmem<PIPE, D>;
+  __shared__ __align__(16) unsigned char sm_raw[Smem::kBytes];
+  auto& sm_acc = *reinterpret_cast<float(*)[kWarps][kMaxGroup][kRow]>(sm_raw);
+  auto& sm_m =
+      *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup * kRow);
+  auto& sm_l = *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup *
+                                                                           (kRow + 1));
   const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   const int i = PIPE ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -63,9 +96,28 @@ __global__ void __launch_bounds__(kWarps * 32)
       vr[e] = e < ne ? vp[e * 32 + lane] : 0.0f;
     }
   };
-  float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];  // PIPE: positions p and p + 4
+  float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];  // PIPE 1: positions p and p + 4
   const int pw = p0 + warp, last = n_kv - 1;
-  if (early) {
+  // PIPE 2: this warp's ring [D][K row, V row], and the positions that go through it.
+  float* const ring = reinterpret_cast<float*>(sm_raw) + warp * D * 2 * kRow;
+  const int pend = early ? min(p1, last) : p1;
+  auto issue = [&](int p, int slot) {  // one commit group per call (empty past pend)
+    if (p < pend) {
+      const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      float* dk = ring + slot * 2 * kRow;
+      for (int c = lane * 4; c < head_dim; c += 128) {
+        cp_async_16(dk + c, kp + c);
+        cp_async_16(dk + kRow + c, vp + c);
+      }
+    }
+    cp_async_commit();
+  };
+  if constexpr (PIPE == 2) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) issue(pw + d * kWarps, d);
+    if (early) pdl_wait();
+  } else if (early) {
     if (pw < p1 && pw < last) load(pw, ka, va);
     if (pw + kWarps < p1 && pw + kWarps < last) load(pw + kWarps, kb, vb);
     pdl_wait();
@@ -100,7 +152,30 @@ __global__ void __launch_bounds__(kWarps * 32)
       m[hh] = mn;
     }
   };
-  if (PIPE) {
+  if constexpr (PIPE == 2) {
+    int slot = 0;
+    for (int p = pw; p < p1; p += kWarps) {
+      float kr[kMaxE], vr[kMaxE];
+      if (p < pend) {
+        cp_async_wait<D - 1>();  // this lane's copies of position p have landed
+        __syncwarp();            // ... and every lane's
+        const float* sk = ring + slot * 2 * kRow;
+#pragma unroll
+        for (int e = 0; e < kMaxE; ++e) {
+          kr[e] = e < ne ? sk[e * 32 + lane] : 0.0f;
+          vr[e] = e < ne ? sk[kRow + e * 32 + lane] : 0.0f;
+        }
+        __syncwarp();  // the slot is read before it is refilled
+        issue(p + D * kWarps, slot);
+        slot = slot + 1 == D ? 0 : slot + 1;
+      } else {
+        load(p, kr, vr);  // this step's row in a recorded step, after the wait
+      }
+      score(kr, vr);
+    }
+    cp_async_wait<0>();  // no copy in flight into the bytes that now hold the partials
+    __syncthreads();
+  } else if (PIPE) {
     int p = pw;
     if (early) {  // this step's row, after the wait
       if (p < p1 && p == last) load(p, ka, va);
@@ -489,9 +564,16 @@ void attention_splits(const float* q, const float* k_cache, const float* v_cache
   const dim3 grid(n_head_kv, splits, t);
   // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
   // but the group read at run time (A/B); else the group at compile time where it is 6.
-  const int mode = attention_mode();
+  // BONSAI_CUDA_ATTN_RING (attention_ring): the ring of PIPE = 2 and its depth, or 0 for PIPE = 1.
+  const int mode = attention_mode(), ring = head_dim % 4 == 0 ? attention_ring() : 0;
   auto kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
   if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
+  if (mode >= 1 && ring > 0) {
+    const bool g6 = mode >= 2 && n_head == 6 * n_head_kv;
+    if (ring == 3) kernel = g6 ? attention_split_kernel<2, 6, 3> : attention_split_kernel<2, 0, 3>;
+    if (ring == 4) kernel = g6 ? attention_split_kernel<2, 6, 4> : attention_split_kernel<2, 0, 4>;
+    if (ring == 6) kernel = g6 ? attention_split_kernel<2, 6, 6> : attention_split_kernel<2, 0, 6>;
+  }
   launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
          head_dim, scale);
 }

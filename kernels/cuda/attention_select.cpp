@@ -19,6 +19,16 @@ int attention_mode() {
   return mode;
 }
 
+// The decode split kernel's cp.async ring: positions in flight per warp (default 3; 0 = the two
+// register sets of PIPE = 1). Bit-identical either way. docs/performance.md, "Decode and prefill at
+// context depth", session 15.
+int knob::attn_ring() { return env_int_in("BONSAI_CUDA_ATTN_RING", 3, {0, 3, 4, 6}); }
+
+int attention_ring() {
+  static const int ring = knob::attn_ring();
+  return ring;
+}
+
 // 0 when unset: the plan of attention_mma_splits.
 int knob::attn_splits() { return env_int("BONSAI_CUDA_ATTN_SPLITS", 0, 1, 32); }
 

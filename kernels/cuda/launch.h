@@ -268,6 +268,8 @@ int attention_decode_splits(int n_kv);
 // KV tiles of 64 / 32 positions, the split kernel (2) for the rest. BONSAI_CUDA_ATTN_SPLITS=1..32
 // forces the tensor-core kernel's split count (0: unset, the plan of attention_mma_splits).
 int attention_mode();
+// The split kernel's cp.async ring depth (BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3; 0 = none).
+int attention_ring();
 int attention_mma_forced_splits();
 inline constexpr int kAttentionMmaMinTokens = 8;
 // Whether attention_mma takes this batch: the mode, t, head_dim 128 or 256, <= 8 query heads per
