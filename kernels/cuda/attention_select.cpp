@@ -42,10 +42,15 @@ int attention_mma_forced_splits() {
 int knob::attn_dec_per() { return env_int("BONSAI_CUDA_ATTN_DEC_PER", 64, 1, 1 << 20); }
 int knob::attn_dec_max() { return env_int_in("BONSAI_CUDA_ATTN_DEC_MAX", 256, {32, 64, 128, 256}); }
 
+// BONSAI_CUDA_ATTN_DEC_SPLITS=33..256 (0 = unset): the count wherever the rule gives more than 32
+// (an experiment on the grid's waves: 4 KV heads x 99 splits = 396 blocks = one wave of 3 per SM).
+static int attn_dec_splits() { return env_int("BONSAI_CUDA_ATTN_DEC_SPLITS", 0, 0, kAttentionMaxSplits); }
+
 int attention_decode_splits(int n_kv) {
-  static const int per = knob::attn_dec_per(), cap = knob::attn_dec_max();
+  static const int per = knob::attn_dec_per(), cap = knob::attn_dec_max(), forced = attn_dec_splits();
   int splits = kAttentionDecodeMinSplits;
   while (splits < cap && static_cast<int64_t>(2 * splits) * per <= n_kv) splits *= 2;
+  if (forced > kAttentionDecodeMinSplits && splits > kAttentionDecodeMinSplits) splits = forced;
   return splits;
 }
 
