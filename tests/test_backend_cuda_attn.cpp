@@ -135,20 +135,21 @@ TEST(CudaAttentionMma, MatchesFp16OperandReference) {
 }
 
 // A recorded decode step keeps the attention split count it was recorded with: when the context
-// grows into another count (attention_decode_splits: 32 -> 64 at 4096 positions with the default
-// 64 per split), replay_step declines, that step runs eagerly and a later one records again.
+// grows into another count (attention_decode_splits: 32 -> one wave, 99 on the H200, at 4096 positions with
+// the default 64 per split), replay_step declines, that step runs eagerly and a later one records again.
 // Every step, replayed or not, matches the reference at its position (the fp32 split kernel; the
 // merge adds the splits' partials in another order than the reference's one pass: a few ε).
 TEST(CudaAttentionDecode, RecordedStepRecordsAgainWhenTheSplitCountChanges) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-  int cross = 2;  // the first context size whose split count differs from the one before
-  while (cross < (1 << 20) &&
-         cuda::attention_decode_splits(cross) == cuda::attention_decode_splits(cross - 1))
-    ++cross;
-  ASSERT_LT(cross, 1 << 20) << "one split count for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
   CudaBackend be(0);
   const AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  const int wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
+  int cross = 2;  // the first context size whose split count differs from the one before
+  while (cross < (1 << 20) &&
+         cuda::attention_decode_splits(cross, wave) == cuda::attention_decode_splits(cross - 1, wave))
+    ++cross;
+  ASSERT_LT(cross, 1 << 20) << "one split count for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
   const int first = cross - 5, steps = 9, n_ctx = first + steps + 1;  // position first + 4: cross positions
   const size_t kv = static_cast<size_t>(n_ctx) * s.n_head_kv * s.head_dim;
   auto q = randn(static_cast<size_t>(s.n_head) * s.head_dim, 194, 2.0f);

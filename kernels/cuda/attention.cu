@@ -3,6 +3,7 @@
 // computes an online-softmax partial (max, sum, weighted V) for the query heads
 // that share that KV head, and a second kernel merges the partials (and applies the output
 // gate of the attention site).
+#include <algorithm>
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
@@ -558,15 +559,17 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
   attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 
-void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
-                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
-                      float scale, cudaStream_t s) {
-  const dim3 grid(n_head_kv, splits, t);
-  // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
-  // but the group read at run time (A/B); else the group at compile time where it is 6.
-  // BONSAI_CUDA_ATTN_RING (attention_ring): the ring of PIPE = 2 and its depth, or 0 for PIPE = 1.
+namespace {
+
+using SplitKernel = void (*)(const float*, const float*, const float*, float*, int, const int*, int, int, int,
+                             float);
+
+// BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
+// but the group read at run time (A/B); else the group at compile time where it is 6.
+// BONSAI_CUDA_ATTN_RING (attention_ring): the ring of PIPE = 2 and its depth, or 0 for PIPE = 1.
+SplitKernel split_kernel(int n_head, int n_head_kv, int head_dim) {
   const int mode = attention_mode(), ring = head_dim % 4 == 0 ? attention_ring() : 0;
-  auto kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
+  SplitKernel kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
   if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
   if (mode >= 1 && ring > 0) {
     const bool g6 = mode >= 2 && n_head == 6 * n_head_kv;
@@ -574,8 +577,29 @@ void attention_splits(const float* q, const float* k_cache, const float* v_cache
     if (ring == 4) kernel = g6 ? attention_split_kernel<2, 6, 4> : attention_split_kernel<2, 0, 4>;
     if (ring == 6) kernel = g6 ? attention_split_kernel<2, 6, 6> : attention_split_kernel<2, 0, 6>;
   }
-  launch(kernel, grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
-         head_dim, scale);
+  return kernel;
+}
+
+}  // namespace
+
+void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
+                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
+                      float scale, cudaStream_t s) {
+  const dim3 grid(n_head_kv, splits, t);
+  launch(split_kernel(n_head, n_head_kv, head_dim), grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0,
+         pos_dev, n_head, n_head_kv, head_dim, scale);
+}
+
+int attention_split_wave(int n_head, int n_head_kv, int head_dim) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel(n_head, n_head_kv, head_dim),
+                                                    kWarps * 32, 0) != cudaSuccess) {
+    cudaGetLastError();  // a failed query is not an error of the next launch: the doubling rule runs
+    return 0;
+  }
+  return per_sm * sms / std::max(1, n_head_kv);
 }
 
 void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,

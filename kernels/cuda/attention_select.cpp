@@ -1,6 +1,7 @@
 // BONSAI_CUDA_ATTN: which kernel runs the attention (kernels/cuda/launch.h, attention_mode);
 // BONSAI_CUDA_ATTN_SPLITS: the tensor-core prefill kernel's split count (attention_mma_forced_splits).
 // The knob:: functions parse (kernels/cuda/knobs.h); the others cache their result once per process.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/knobs.h"
@@ -37,19 +38,28 @@ int attention_mma_forced_splits() {
   return splits;
 }
 
-// The decode rule (attention_decode_splits): a single-token step's split count doubles from
-// kAttentionDecodeMinSplits while every split would still get `per` positions of the cache.
+// The decode rule (attention_decode_splits, kernels/cuda/launch.h): kAttentionDecodeMinSplits below
+// 2 x kAttentionDecodeMinSplits x `per` positions, then one wave of the device (the default, `wave`)
+// or session 14's doubling while every split would still get `per` positions (`double`).
 int knob::attn_dec_per() { return env_int("BONSAI_CUDA_ATTN_DEC_PER", 64, 1, 1 << 20); }
 int knob::attn_dec_max() { return env_int_in("BONSAI_CUDA_ATTN_DEC_MAX", 256, {32, 64, 128, 256}); }
+bool knob::attn_dec_wave() {
+  return env_choice<bool>("BONSAI_CUDA_ATTN_DEC_RULE", {{"wave", true}, {"double", false}}, true);
+}
 
 // BONSAI_CUDA_ATTN_DEC_SPLITS=33..256 (0 = unset): the count wherever the rule gives more than 32
-// (an experiment on the grid's waves: 4 KV heads x 99 splits = 396 blocks = one wave of 3 per SM).
+// (an experiment on the grid's waves, session 15).
 static int attn_dec_splits() { return env_int("BONSAI_CUDA_ATTN_DEC_SPLITS", 0, 0, kAttentionMaxSplits); }
 
-int attention_decode_splits(int n_kv) {
+int attention_decode_splits(int n_kv, int wave) {
   static const int per = knob::attn_dec_per(), cap = knob::attn_dec_max(), forced = attn_dec_splits();
+  static const bool by_wave = knob::attn_dec_wave();
   int splits = kAttentionDecodeMinSplits;
-  while (splits < cap && static_cast<int64_t>(2 * splits) * per <= n_kv) splits *= 2;
+  if (by_wave && wave > kAttentionDecodeMinSplits && cap > kAttentionDecodeMinSplits) {
+    if (static_cast<int64_t>(2 * splits) * per <= n_kv) splits = std::min(wave, kAttentionMaxSplits);
+  } else {
+    while (splits < cap && static_cast<int64_t>(2 * splits) * per <= n_kv) splits *= 2;
+  }
   if (forced > kAttentionDecodeMinSplits && splits > kAttentionDecodeMinSplits) splits = forced;
   return splits;
 }

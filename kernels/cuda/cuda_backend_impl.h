@@ -313,6 +313,10 @@ struct CudaBackend::Impl : BackendKnobs {
   // The attention split count the recording in progress used / exec was recorded with (0: the
   // step has no attention); a replay whose context wants another count records again.
   int rec_attn_splits = 0, exec_attn_splits = 0;
+  // cuda::attention_split_wave of the last decode attention's shape (key: heads, KV heads,
+  // head_dim), which replay_step's split count uses too; -1 until an attention has run.
+  int attn_wave = -1;
+  int64_t attn_wave_key = -1;
 
   ~Impl() {
     if (stream) cudaStreamSynchronize(stream);

@@ -76,7 +76,13 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
   // One token (a decode step): the split count of its context (cuda::attention_decode_splits),
   // which a recorded step keeps for as long as the count does not change (replay_step records
   // again when it would). Batches: enough blocks to fill the device.
-  int splits = cuda::attention_decode_splits(pos0 + 1);
+  const int64_t key =
+      (static_cast<int64_t>(s.n_head) << 40) | (static_cast<int64_t>(s.n_head_kv) << 20) | s.head_dim;
+  if (attn_wave_key != key) {
+    attn_wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
+    attn_wave_key = key;
+  }
+  int splits = cuda::attention_decode_splits(pos0 + 1, attn_wave);
   if (capturing) rec_attn_splits = splits;
   if (t > 1) {
     const int blocks = t * s.n_head_kv;

@@ -36,11 +36,12 @@ int mv_bps();      // BONSAI_CUDA_MV_BPS=1..kMvBlocksPerSm, default kMvBlocksPer
 int mv_reserve();  // BONSAI_CUDA_MV_RESERVE=0..64, default 0
 
 // attention_select.cpp (launch.h: attention_mode, attention_mma_forced_splits)
-int attn();          // BONSAI_CUDA_ATTN=0..4, default 3
-int attn_ring();     // BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3 (attention_select.cpp)
-int attn_splits();   // BONSAI_CUDA_ATTN_SPLITS=1..32; 0 when unset
-int attn_dec_per();  // BONSAI_CUDA_ATTN_DEC_PER=1..2^20, default 64 (attention_decode_splits)
-int attn_dec_max();  // BONSAI_CUDA_ATTN_DEC_MAX=32|64|128|256, default 256 (32: one split count)
+int attn();            // BONSAI_CUDA_ATTN=0..4, default 3
+int attn_ring();       // BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3 (attention_select.cpp)
+int attn_splits();     // BONSAI_CUDA_ATTN_SPLITS=1..32; 0 when unset
+int attn_dec_per();    // BONSAI_CUDA_ATTN_DEC_PER=1..2^20, default 64 (attention_decode_splits)
+int attn_dec_max();    // BONSAI_CUDA_ATTN_DEC_MAX=32|64|128|256, default 256 (32: one split count)
+bool attn_dec_wave();  // BONSAI_CUDA_ATTN_DEC_RULE=wave|double, default wave (attention_decode_splits)
 
 // gemm_select.cpp (gemm.h: the functions of the same names without the knob:: prefix)
 std::optional<GemmKernel> gemm_kernel();  // BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp|f16|auto; nullopt unset

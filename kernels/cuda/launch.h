@@ -252,15 +252,23 @@ bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int 
                           const float* gate, int64_t gate_stride, const float* signs, float* y, int64_t block,
                           uint8_t* xq, float4* meta, cudaStream_t s);
 // The split count of a single-token (decode) step whose cache holds n_kv positions, this one's
-// included: kAttentionDecodeMinSplits below 2 x kAttentionDecodeMinSplits x per positions, then
-// doubled while each split keeps `per` positions, up to kAttentionMaxSplits (BONSAI_CUDA_ATTN_DEC_PER,
-// default 64; BONSAI_CUDA_ATTN_DEC_MAX, default 256 = kAttentionMaxSplits, 32 = always
-// kAttentionDecodeMinSplits as before session 14). A recorded step keeps the count it was recorded
-// with, so CudaBackend records again when a step's count differs (replay_step). Why more splits at
-// long contexts: each split is one block of 4 warps walking its positions, so 32 splits x the KV
-// heads (128 blocks on the 27B, one per SM) cannot keep enough cache reads in flight.
+// included: kAttentionDecodeMinSplits below 2 x kAttentionDecodeMinSplits x per positions
+// (BONSAI_CUDA_ATTN_DEC_PER, default 64), then `wave` (attention_split_wave: the splits of one full
+// wave of the device; 99 on the H200 with the 27B's 4 KV heads) when that is more than
+// kAttentionDecodeMinSplits, capped at kAttentionMaxSplits. BONSAI_CUDA_ATTN_DEC_RULE=double (or a
+// wave of at most kAttentionDecodeMinSplits, or 0 from a failed query) keeps session 14's rule
+// instead: the count doubled while each split keeps `per` positions, up to BONSAI_CUDA_ATTN_DEC_MAX
+// (default 256 = kAttentionMaxSplits, 32 = always kAttentionDecodeMinSplits as before session 14).
+// A recorded step keeps the count it was recorded with, so CudaBackend records again when a step's
+// count differs (replay_step). Why more splits at long contexts: each split is one block of 4 warps
+// walking its positions, so 32 splits x the KV heads (128 blocks on the 27B, one per SM) cannot keep
+// enough cache reads in flight; why one wave: a second, partial wave of blocks runs while most SMs
+// idle (docs/performance.md, "Decode and prefill at context depth", session 16).
 inline constexpr int kAttentionDecodeMinSplits = 32, kAttentionMaxSplits = 256;
-int attention_decode_splits(int n_kv);
+int attention_decode_splits(int n_kv, int wave);
+// Blocks of the decode split kernel resident at once on the current device (its occupancy x the SMs),
+// divided among n_head_kv KV heads; 0 when the query fails. attention.cu.
+int attention_split_wave(int n_head, int n_head_kv, int head_dim);
 
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
 // errors): 0, 1, 2 the fp32 split kernel's variants (attention.cu) for every batch; 3 (default) and 4
