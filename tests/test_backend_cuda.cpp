@@ -578,14 +578,17 @@ TEST_F(CudaOps, AttentionMatchesReference) {
   };
   for (const Case& cs :
        {Case{6, 2, 128, 1, 37}, Case{8, 1, 256, 5, 0}, Case{24, 4, 256, 1, 300}, Case{4, 4, 64, 7, 70},
-        Case{24, 4, 256, 72, 97},      // the 27B's heads, a prefill batch (one split per token)
-        Case{24, 4, 256, 1, 2},        // 27B decode, 32 splits: most of them and most warps empty
-        Case{24, 4, 256, 1, 1500},     // 27B decode at a long context: ~47 positions per split
-        Case{24, 4, 256, 1, 5000},     // one wave of splits (attention_decode_splits; 99 on the H200):
-                                       // the block-wide merge
-        Case{24, 4, 256, 1, 20000},    // the same count over 4x the positions
-        Case{8, 1, 256, 1, 20000},     // one KV head: the wave capped at 256, one split per merge thread
-        Case{6, 2, 128, 1, 69999}}) {  // 198 splits on the H200, merged by 128 threads (two or one each)
+        Case{24, 4, 256, 72, 97},    // the 27B's heads, a prefill batch (one split per token)
+        Case{24, 4, 256, 1, 2},      // 27B decode, 32 splits: most of them and most warps empty
+        Case{24, 4, 256, 1, 1500},   // 27B decode at a long context: ~47 positions per split
+        Case{24, 4, 256, 1, 5000},   // one wave of splits (attention_decode_splits; 99 on the H200):
+                                     // the block-wide merge
+        Case{24, 4, 256, 1, 20000},  // the same count over 4x the positions
+        Case{8, 1, 256, 1, 20000},   // one KV head: the wave capped at 256, one split per merge thread
+        Case{6, 2, 128, 1, 69999},
+        Case{12, 2, 128, 1, 777},    // group 6, head_dim 128: the batch kernel with half rows
+        Case{12, 2, 128, 3, 41}}) {  // ... and a batch of tokens below the tensor cores' minimum  // 198
+                                     // splits on the H200, merged by 128 threads (two or one each)
     const int n_ctx = cs.pos0 + cs.t + 3;
     const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
     // fp16 operands: CudaAttentionMma.MatchesFp16OperandReference (this case with BONSAI_CUDA_ATTN=0..2)

@@ -134,53 +134,124 @@ TEST(CudaAttentionMma, MatchesFp16OperandReference) {
   if (ran == 0) GTEST_SKIP() << "BONSAI_CUDA_ATTN selects the fp32 split kernel for every batch";
 }
 
-// A recorded decode step keeps the attention split count it was recorded with: when the context
-// grows into another count (attention_decode_splits: 32 -> one wave, 99 on the H200, at 4096 positions with
-// the default 64 per split), replay_step declines, that step runs eagerly and a later one records again.
-// Every step, replayed or not, matches the reference at its position (the fp32 split kernel; the
-// merge adds the splits' partials in another order than the reference's one pass: a few ε).
-TEST(CudaAttentionDecode, RecordedStepRecordsAgainWhenTheSplitCountChanges) {
+// The decode split kernels called directly, so that the one scoring 4 positions together
+// (batch = true: attention_split_batch_kernel, group 6) runs at every split count and context size,
+// not only where attention_decode_batch picks it: warps with 0..3 positions in their last batch,
+// one position per split, empty splits, head_dim 128, a few tokens, scores up to ~±40 (q scaled by
+// 8: nearly one-hot rows, exp underflow), and q = 0 (every weight equal). Both kernels against the
+// reference: fp32 dots of head_dim terms and an online softmax, summed in another order than the
+// reference's one pass (a few ε of the O(1) outputs; the bound of CudaOps.AttentionMatchesReference).
+TEST(CudaAttentionDecode, BatchKernelMatchesReference) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   CudaBackend be(0);
-  const AttentionShape s{24, 4, 256, 1.0f / 16.0f};
-  const int wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
-  int cross = 2;  // the first context size whose split count differs from the one before
-  while (cross < (1 << 20) &&
-         cuda::attention_decode_splits(cross, wave) == cuda::attention_decode_splits(cross - 1, wave))
-    ++cross;
-  ASSERT_LT(cross, 1 << 20) << "one split count for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
-  const int first = cross - 5, steps = 9, n_ctx = first + steps + 1;  // position first + 4: cross positions
-  const size_t kv = static_cast<size_t>(n_ctx) * s.n_head_kv * s.head_dim;
-  auto q = randn(static_cast<size_t>(s.n_head) * s.head_dim, 194, 2.0f);
-  auto kc = randn(kv, 195), vc = randn(kv, 196);
-  float *dq = be.alloc(q.size()), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(q.size());
-  be.from_host(dq, q.data(), q.size());
-  be.from_host(dk, kc.data(), kv);
-  be.from_host(dv, vc.data(), kv);
-  const int32_t tok = 0;
-  std::vector<int> replayed;
-  for (int pos = first; pos < first + steps; ++pos) {
-    const bool replay = be.replay_step(&tok, 1, pos);  // as Graph::compute runs a decode step
-    if (replay) replayed.push_back(pos);
-    if (!replay) {
-      const bool capturing = be.begin_capture(&tok, 1, pos);
-      be.attention(dq, dk, dv, out, 1, pos, s);
-      if (capturing) be.end_capture();
+  struct Case {
+    int n_head, n_head_kv, head_dim, t, pos0, splits;
+    float q_scale;
+  };
+  for (const Case& cs : {Case{24, 4, 256, 1, 0, 32, 2.0f}, Case{24, 4, 256, 1, 2, 32, 2.0f},
+                         Case{24, 4, 256, 1, 300, 32, 2.0f}, Case{24, 4, 256, 1, 4999, 99, 2.0f},
+                         Case{24, 4, 256, 1, 70, 1, 2.0f}, Case{24, 4, 256, 1, 77, 3, 2.0f},
+                         Case{12, 2, 128, 1, 777, 99, 2.0f}, Case{12, 2, 128, 3, 41, 7, 2.0f},
+                         Case{24, 4, 256, 2, 1000, 5, 2.0f}, Case{24, 4, 256, 1, 3000, 13, 16.0f},
+                         Case{24, 4, 256, 1, 500, 9, 0.0f}}) {
+    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
+    const int n_ctx = cs.pos0 + cs.t;
+    const size_t kv = static_cast<size_t>(n_ctx) * cs.n_head_kv * cs.head_dim;
+    const size_t nq = static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim;
+    auto q = randn(nq, 291, cs.q_scale), kc = randn(kv, 292), vc = randn(kv, 293);
+    std::vector<float> want(nq);
+    ref::attention(q.data(), kc.data(), vc.data(), want.data(), cs.t, cs.pos0, s);
+    float *dq = be.alloc(nq), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(nq);
+    float* part = be.alloc(static_cast<size_t>(cs.t) * cs.n_head * cs.splits * (cs.head_dim + 2));
+    be.from_host(dq, q.data(), nq);
+    be.from_host(dk, kc.data(), kv);
+    be.from_host(dv, vc.data(), kv);
+    for (const bool batch : {true, false}) {
+      be.zero(out, nq);
+      be.sync();
+      cuda::attention(dq, dk, dv, out, part, cs.t, cs.pos0, nullptr, cs.splits, batch, cs.n_head,
+                      cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got(nq);
+      be.to_host(got.data(), out, nq);
+      int bad = 0;
+      for (size_t i = 0; i < nq; ++i)
+        if (!(std::fabs(got[i] - want[i]) <= 2e-5f * std::max(1.0f, std::fabs(want[i]))) && bad++ < 3)
+          ADD_FAILURE() << "batch " << batch << ", heads " << cs.n_head << "/" << cs.n_head_kv << " x "
+                        << cs.head_dim << ", t " << cs.t << ", pos0 " << cs.pos0 << ", splits " << cs.splits
+                        << ", q x" << cs.q_scale << ": output " << i << " = " << got[i] << ", want "
+                        << want[i];
     }
-    std::vector<float> got(q.size()), want(q.size());
-    be.to_host(got.data(), out, got.size());
-    ref::attention(q.data(), kc.data(), vc.data(), want.data(), 1, pos, s);
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 2e-5 * std::max(1.0f, std::fabs(want[i])))
-          << "position " << pos << " at " << i;
+    for (float* p : {dq, dk, dv, out, part}) be.release(p);
   }
-  // Any growth of a buffer makes the backend warm up again (one eager step) before it records.
-  // first: eager, the partials' buffer allocated; + 1: eager; + 2: recorded; + 3: replayed;
-  // + 4 (`cross` positions): declined, eager, the buffer grows for more splits; + 5: eager; + 6:
-  // recorded with them; + 7, + 8: replayed.
-  EXPECT_EQ(replayed, (std::vector<int>{first + 3, first + 7, first + 8}));
-  for (float* p : {dq, dk, dv, out}) be.release(p);
+}
+
+// A recorded decode step keeps the attention plan it was recorded with (attention_decode_plan: the
+// split count and the kernel). When the context grows into another split count (32 -> one wave, 99
+// on the H200, at 4096 positions with the default 64 per split) or into the kernel that scores 4
+// positions together (attention_decode_batch: 16384 positions by default), replay_step declines,
+// that step runs eagerly and a later one records again. Every step, replayed or not, matches the
+// reference at its position (the fp32 split kernels; the merge adds the splits' partials in another
+// order than the reference's one pass: a few ε).
+TEST(CudaAttentionDecode, RecordedStepRecordsAgainWhenThePlanChanges) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  int from = 2, crossings = 0;
+  for (; crossings < 2; ++crossings) {
+    CudaBackend be(0);
+    const int wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
+    int cross = from;  // the first context size from `from` whose plan differs from the one before
+    while (cross < (1 << 20) &&
+           cuda::attention_decode_plan(cross, wave) == cuda::attention_decode_plan(cross - 1, wave))
+      ++cross;
+    if (cross >= (1 << 20)) break;
+    from = cross + 1;
+    const bool grows =
+        cuda::attention_decode_splits(cross, wave) != cuda::attention_decode_splits(cross - 1, wave);
+    const int first = cross - 5, steps = 9, n_ctx = first + steps + 1;  // position first + 4: cross positions
+    const size_t kv = static_cast<size_t>(n_ctx) * s.n_head_kv * s.head_dim;
+    auto q = randn(static_cast<size_t>(s.n_head) * s.head_dim, 194, 2.0f);
+    auto kc = randn(kv, 195), vc = randn(kv, 196);
+    float *dq = be.alloc(q.size()), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(q.size());
+    be.from_host(dq, q.data(), q.size());
+    be.from_host(dk, kc.data(), kv);
+    be.from_host(dv, vc.data(), kv);
+    const int32_t tok = 0;
+    std::vector<int> replayed;
+    for (int pos = first; pos < first + steps; ++pos) {
+      const bool replay = be.replay_step(&tok, 1, pos);  // as Graph::compute runs a decode step
+      if (replay) replayed.push_back(pos);
+      if (!replay) {
+        const bool capturing = be.begin_capture(&tok, 1, pos);
+        be.attention(dq, dk, dv, out, 1, pos, s);
+        if (capturing) be.end_capture();
+      }
+      std::vector<float> got(q.size()), want(q.size());
+      be.to_host(got.data(), out, got.size());
+      ref::attention(q.data(), kc.data(), vc.data(), want.data(), 1, pos, s);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-5 * std::max(1.0f, std::fabs(want[i])))
+            << "crossing at " << cross << ", position " << pos << " at " << i;
+    }
+    if (grows) {
+      // Any growth of a buffer makes the backend warm up again (one eager step) before it records.
+      // first: eager, the partials' buffer allocated; + 1: eager; + 2: recorded; + 3: replayed;
+      // + 4 (`cross` positions): declined, eager, the buffer grows for more splits; + 5: eager; + 6:
+      // recorded with them; + 7, + 8: replayed.
+      EXPECT_EQ(replayed, (std::vector<int>{first + 3, first + 7, first + 8})) << "crossing at " << cross;
+    } else {
+      // The kernel alone changes: the step at `cross` positions is not a replay of the old recording,
+      // and the new plan is recorded and replayed afterwards.
+      EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 4) == replayed.end()) << cross;
+      EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 3) != replayed.end()) << cross;
+      EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 8) != replayed.end()) << cross;
+    }
+    for (float* p : {dq, dk, dv, out}) be.release(p);
+  }
+  ASSERT_GE(crossings, 1) << "one plan for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
+  std::printf("%d plan crossings checked\n", crossings);
 }
 
 }  // namespace

@@ -24,9 +24,10 @@ constexpr int kRow = kMaxE * 32;  // floats of one cache row slot (head_dim <= 2
 // The split kernel's shared memory: the warps' partials for the final merge and, with PIPE = 2,
 // before them (the same bytes: a block barrier separates the two uses) each warp's ring of D
 // positions' K and V rows.
+constexpr int kSplitAcc = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (kRow + 2);
 template <int PIPE, int D>
 struct SplitSmem {
-  static constexpr int kAcc = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (kRow + 2);
+  static constexpr int kAcc = kSplitAcc;
   static constexpr int kRing = PIPE == 2 ? static_cast<int>(sizeof(float)) * kWarps * D * 2 * kRow : 0;
   static constexpr int kBytes = kAcc > kRing ? kAcc : kRing;
 };
@@ -39,6 +40,91 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// The end of a split block: each warp's (max, sum, unnormalized O) per query head of the group,
+// through shared memory (sm_raw: at least kSplitAcc bytes, free of copies in flight), merged
+// into the split's partial in `part` by a thread per (head, dim).
+template <int G>
+__device__ __forceinline__ void store_split_partial(unsigned char* sm_raw, const float (&m)[kMaxGroup],
+                                                    const float (&l)[kMaxGroup],
+                                                    const float (&acc)[kMaxGroup][kMaxE], float* part, int i,
+                                                    int n_head, int hk, int group, int splits, int split,
+                                                    int head_dim) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  auto& sm_acc = *reinterpret_cast<float(*)[kWarps][kMaxGroup][kRow]>(sm_raw);
+  auto& sm_m =
+      *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup * kRow);
+  auto& sm_l = *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup *
+                                                                           (kRow + 1));
+#pragma unroll
+  for (int hh = 0; hh < kMaxGroup; ++hh) {
+    if (lane == 0) {
+      sm_m[warp][hh] = m[hh];
+      sm_l[warp][hh] = l[hh];
+    }
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) sm_acc[warp][hh][e * 32 + lane] = acc[hh][e];
+  }
+  __syncthreads();
+  // thread per (head in group, dim): merge the warps
+  const int row = head_dim + 2;
+  if constexpr (G > 0) {
+    // The group known at compile time: each thread takes the warps' weights of its heads
+    // once (G·kWarps exps instead of that many per dim) and then runs the dims' sums, all
+    // heads unrolled, as independent loads and FMAs. The same operations per output in the
+    // same order as below: bit-identical.
+    float mx[G > 0 ? G : 1], f[G > 0 ? G : 1][kWarps], sum_l[G > 0 ? G : 1];
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh) {
+      mx[hh] = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx[hh] = fmaxf(mx[hh], sm_m[w][hh]);
+      sum_l[hh] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        f[hh][w] = expf(sm_m[w][hh] - mx[hh]);  // 0 for an empty warp (m = -inf); unused if mx is
+        if (mx[hh] != -INFINITY) sum_l[hh] += f[hh][w] * sm_l[w][hh];
+      }
+    }
+    float* pr0 = part + ((static_cast<int64_t>(i) * n_head + hk * G) * splits + split) * row;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+#pragma unroll
+      for (int hh = 0; hh < G; ++hh) {
+        float sum_a = 0.0f;
+        if (mx[hh] != -INFINITY) {
+#pragma unroll
+          for (int w = 0; w < kWarps; ++w) sum_a += f[hh][w] * sm_acc[w][hh][d];
+        }
+        float* pr = pr0 + static_cast<int64_t>(hh) * splits * row;
+        pr[2 + d] = sum_a;
+        if (d == 0) {
+          pr[0] = mx[hh];
+          pr[1] = sum_l[hh];
+        }
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
+      const int hh = idx / head_dim, d = idx % head_dim;
+      float mx = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][hh]);
+      float sum_l = 0.0f, sum_a = 0.0f;
+      if (mx != -INFINITY) {
+        for (int w = 0; w < kWarps; ++w) {
+          const float f = expf(sm_m[w][hh] - mx);  // 0 for an empty warp (m = -inf)
+          sum_l += f * sm_l[w][hh];
+          sum_a += f * sm_acc[w][hh][d];
+        }
+      }
+      float* pr = part + ((static_cast<int64_t>(i) * n_head + hk * group + hh) * splits + split) * row;
+      pr[2 + d] = sum_a;
+      if (d == 0) {
+        pr[0] = mx;
+        pr[1] = sum_l;
+      }
+    }
+  }
 }
 
 // grid (n_head_kv, splits, t). Warp w takes positions p0 + w, p0 + w + 4, ...; lane holds
@@ -74,11 +160,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (!early) pdl_wait();
   using Smem = SplitSmem<PIPE, D>;
   __shared__ __align__(16) unsigned char sm_raw[Smem::kBytes];
-  auto& sm_acc = *reinterpret_cast<float(*)[kWarps][kMaxGroup][kRow]>(sm_raw);
-  auto& sm_m =
-      *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup * kRow);
-  auto& sm_l = *reinterpret_cast<float(*)[kWarps][kMaxGroup]>(sm_raw + sizeof(float) * kWarps * kMaxGroup *
-                                                                           (kRow + 1));
   const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   const int i = PIPE ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -107,9 +188,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
       const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
       float* dk = ring + slot * 2 * kRow;
-      for (int c = lane * 4; c < head_dim; c += 128) {
-        cp_async_16(dk + c, kp + c);
-        cp_async_16(dk + kRow + c, vp + c);
+#pragma unroll
+      for (int c = lane * 4; c < kRow; c += 128) {  // unrolled: no loop for the compiler to peel
+        if (c < head_dim) {
+          cp_async_16(dk + c, kp + c);
+          cp_async_16(dk + kRow + c, vp + c);
+        }
       }
     }
     cp_async_commit();
@@ -199,74 +283,169 @@ __global__ void __launch_bounds__(kWarps * 32)
       score(kr, vr);
     }
   }
+  store_split_partial<G>(sm_raw, m, l, acc, part, i, n_head, hk, group, splits, split, head_dim);
+}
+
+// The decode split kernel scoring kBatch = 4 of a warp's positions together (session 16; G = 6, the
+// 27B's group, known at compile time; BONSAI_CUDA_ATTN_SCORE=4, the default). Same grid, warps and
+// position walk as attention_split_kernel<2, G, D>, whose per-position work was issue-bound (ncu at
+// 16384 positions: 0.70 instructions issued per scheduler per cycle, DRAM at 61 %): each position
+// paid, per query head, a 5-step warp sum of its dot, two exps and a rescale of the accumulator
+// (a multiply and an FMA per dimension). Here a warp reduces the 4 positions' dots of a head
+// together (a butterfly that halves the values carried at each of the first two steps: 6 shuffles
+// instead of 20), each lane of an 8-lane group finishes one position's softmax (one max, one exp
+// of its own), and the accumulator is rescaled once per 4 positions (a multiply, then 4 FMAs per
+// dimension). The ring holds D = 2 x kBatch positions per warp: one batch scored while the next
+// lands. K and V are read from the ring in shared memory (dynamic: 64 KB per block), this step's
+// own row in a recorded step straight from global memory (generic loads), as in PIPE = 2.
+// Not bit-identical to PIPE = 2: the dots' sums and the online softmax run in another order
+// (a few ulps; the tests' 2e-5 and the gate hold, tests/test_backend_cuda.cpp).
+constexpr int kBatch = 4, kBatchRing = 2 * kBatch;
+constexpr int kBatchSmem = static_cast<int>(sizeof(float)) * kWarps * kBatchRing * 2 * kRow;
+static_assert(kBatchSmem >= kSplitAcc, "the warps' partials reuse the ring's bytes");
+
+template <int G>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    attention_split_batch_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
+                                 const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
+                                 int n_head, int n_head_kv, int head_dim, float scale) {
+  static_assert(G > 0 && G <= kMaxGroup, "the group at compile time");
+  constexpr int D = kBatchRing;
+  pdl_trigger();
+  const bool early = pos_dev != nullptr;  // a recorded step: rows of earlier steps before the wait
+  if (!early) pdl_wait();
+  extern __shared__ __align__(16) unsigned char sm_dyn[];
+  const int hk = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+  const int i = gridDim.z - 1 - blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ne = head_dim / 32;
+  const int n_kv = position(pos0, pos_dev) + i + 1;
+  const int per = (n_kv + splits - 1) / splits;
+  const int p0 = split * per, p1 = min(n_kv, p0 + per);
+  const int64_t kv_stride = static_cast<int64_t>(n_head_kv) * head_dim;
+  float* const ring = reinterpret_cast<float*>(sm_dyn) + warp * D * 2 * kRow;
+  const int pw = p0 + warp, pend = early ? min(p1, n_kv - 1) : p1;
+  auto issue = [&](int p, int slot) {  // one commit group per call (empty past pend)
+    if (p < pend) {
+      const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      float* dk = ring + slot * 2 * kRow;
+#pragma unroll
+      for (int c = lane * 4; c < kRow; c += 128) {  // unrolled: no loop for the compiler to peel
+        if (c < head_dim) {
+          cp_async_16(dk + c, kp + c);
+          cp_async_16(dk + kRow + c, vp + c);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  auto load_row = [&](const float* src, float(&r)[kMaxE], bool valid) {
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) r[e] = (valid && e < ne) ? src[e * 32 + lane] : 0.0f;
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d) issue(pw + d * kWarps, d);
+  if (early) pdl_wait();
+
+  float qr[kMaxGroup][kMaxE], acc[kMaxGroup][kMaxE], m[kMaxGroup], l[kMaxGroup];
 #pragma unroll
   for (int hh = 0; hh < kMaxGroup; ++hh) {
-    if (lane == 0) {
-      sm_m[warp][hh] = m[hh];
-      sm_l[warp][hh] = l[hh];
-    }
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < kMaxE; ++e) sm_acc[warp][hh][e * 32 + lane] = acc[hh][e];
+    for (int e = 0; e < kMaxE; ++e) {
+      acc[hh][e] = 0.0f;
+      qr[hh][e] = (hh < G && e < ne)
+                      ? q[(static_cast<int64_t>(i) * n_head + hk * G + hh) * head_dim + e * 32 + lane]
+                      : 0.0f;
+    }
   }
-  __syncthreads();
-  // thread per (head in group, dim): merge the warps
-  const int row = head_dim + 2;
-  if constexpr (G > 0) {
-    // The group known at compile time: each thread takes the warps' weights of its heads
-    // once (G·kWarps exps instead of that many per dim) and then runs the dims' sums, all
-    // heads unrolled, as independent loads and FMAs. The same operations per output in the
-    // same order as below: bit-identical.
-    float mx[G > 0 ? G : 1], f[G > 0 ? G : 1][kWarps], sum_l[G > 0 ? G : 1];
+  // After the two butterfly steps that carry 2 values and then 1, lane l holds the sum for
+  // position b = 2·bit4(l) + bit3(l) of the batch; kSrc[b] is a lane holding it.
+  const int mine = ((lane >> 4) & 1) * 2 + ((lane >> 3) & 1);
+  int slot0 = 0;
+  for (int p = pw; p < p1; p += kBatch * kWarps) {
+    cp_async_wait<D - kBatch>();  // this lane's copies of the batch's positions have landed
+    __syncwarp();                 // ... and every lane's
+    const float* rows[kBatch];    // K row of each position (its V row kRow floats on in the ring)
+    int n = 0;                    // valid positions of the batch (>= 1: p < p1)
 #pragma unroll
-    for (int hh = 0; hh < G; ++hh) {
-      mx[hh] = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) mx[hh] = fmaxf(mx[hh], sm_m[w][hh]);
-      sum_l[hh] = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        f[hh][w] = expf(sm_m[w][hh] - mx[hh]);  // 0 for an empty warp (m = -inf); unused if mx is
-        if (mx[hh] != -INFINITY) sum_l[hh] += f[hh][w] * sm_l[w][hh];
-      }
+    for (int b = 0; b < kBatch; ++b) {
+      const int pb = p + b * kWarps;
+      rows[b] = ring + (slot0 + b) * 2 * kRow;
+      if (pb < p1) n = b + 1;
     }
-    float* pr0 = part + ((static_cast<int64_t>(i) * n_head + hk * G) * splits + split) * row;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    const bool direct = p + (n - 1) * kWarps >= pend;  // this step's row: not in the ring
+    float dot[kMaxGroup][kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      float kr[kMaxE];
+      const int pb = p + b * kWarps;
+      if (direct && pb >= pend && pb < p1)  // two call sites: the ring's loads stay ld.shared
+        load_row(k_cache + pb * kv_stride + static_cast<int64_t>(hk) * head_dim, kr, true);
+      else
+        load_row(rows[b], kr, b < n);
 #pragma unroll
       for (int hh = 0; hh < G; ++hh) {
-        float sum_a = 0.0f;
-        if (mx[hh] != -INFINITY) {
+        float d = 0.0f;
 #pragma unroll
-          for (int w = 0; w < kWarps; ++w) sum_a += f[hh][w] * sm_acc[w][hh][d];
-        }
-        float* pr = pr0 + static_cast<int64_t>(hh) * splits * row;
-        pr[2 + d] = sum_a;
-        if (d == 0) {
-          pr[0] = mx[hh];
-          pr[1] = sum_l[hh];
-        }
+        for (int e = 0; e < kMaxE; ++e) d += qr[hh][e] * kr[e];
+        dot[hh][b] = d;
       }
     }
-  } else {
-    for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
-      const int hh = idx / head_dim, d = idx % head_dim;
-      float mx = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][hh]);
-      float sum_l = 0.0f, sum_a = 0.0f;
-      if (mx != -INFINITY) {
-        for (int w = 0; w < kWarps; ++w) {
-          const float f = expf(sm_m[w][hh] - mx);  // 0 for an empty warp (m = -inf)
-          sum_l += f * sm_l[w][hh];
-          sum_a += f * sm_acc[w][hh][d];
-        }
-      }
-      float* pr = part + ((static_cast<int64_t>(i) * n_head + hk * group + hh) * splits + split) * row;
-      pr[2 + d] = sum_a;
-      if (d == 0) {
-        pr[0] = mx;
-        pr[1] = sum_l;
-      }
+    float pe_b[kMaxGroup][kBatch], corr[kMaxGroup];
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh) {
+      // butterfly over lanes: bit 4 splits the 4 values into two pairs, bit 3 a pair into one
+      const bool hi = lane & 16, h8 = lane & 8;
+      const float a0 =
+          (hi ? dot[hh][2] : dot[hh][0]) + __shfl_xor_sync(~0u, hi ? dot[hh][0] : dot[hh][2], 16);
+      const float a1 =
+          (hi ? dot[hh][3] : dot[hh][1]) + __shfl_xor_sync(~0u, hi ? dot[hh][1] : dot[hh][3], 16);
+      float c = (h8 ? a1 : a0) + __shfl_xor_sync(~0u, h8 ? a0 : a1, 8);
+      c += __shfl_xor_sync(~0u, c, 4);
+      c += __shfl_xor_sync(~0u, c, 2);
+      c += __shfl_xor_sync(~0u, c, 1);
+      const float sc = mine < n ? c * scale : -INFINITY;
+      float mx = fmaxf(sc, __shfl_xor_sync(~0u, sc, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 16));
+      const float mn = fmaxf(m[hh], mx);  // finite: the batch's first position is valid
+      const float pe = expf(sc - mn);     // 0 for a position past p1
+      corr[hh] = expf(m[hh] - mn);        // 0 for the first batch (m = -inf)
+      float ps = pe + __shfl_xor_sync(~0u, pe, 8);
+      ps += __shfl_xor_sync(~0u, ps, 16);
+      l[hh] = l[hh] * corr[hh] + ps;
+      m[hh] = mn;
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) pe_b[hh][b] = __shfl_sync(~0u, pe, (b >> 1) * 16 + (b & 1) * 8);
     }
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh)
+#pragma unroll
+      for (int e = 0; e < kMaxE; ++e) acc[hh][e] *= corr[hh];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (b >= n) break;
+      const int pb = p + b * kWarps;
+      float vr[kMaxE];
+      if (direct && pb >= pend)
+        load_row(v_cache + pb * kv_stride + static_cast<int64_t>(hk) * head_dim, vr, true);
+      else
+        load_row(rows[b] + kRow, vr, true);
+#pragma unroll
+      for (int hh = 0; hh < G; ++hh)
+#pragma unroll
+        for (int e = 0; e < kMaxE; ++e) acc[hh][e] += pe_b[hh][b] * vr[e];
+    }
+    __syncwarp();  // the batch's slots are read before they are refilled
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) issue(p + (D + b) * kWarps, slot0 + b);
+    slot0 = slot0 + kBatch == D ? 0 : slot0 + kBatch;
   }
+  cp_async_wait<0>();  // no copy in flight into the bytes that now hold the partials
+  __syncthreads();
+  store_split_partial<G>(sm_dyn, m, l, acc, part, i, n_head, hk, G, splits, split, head_dim);
 }
 
 // Block per (token, head), thread per dim: the splits merged, times the output gate
@@ -552,10 +731,10 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
 }  // namespace
 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-               const float* gate, int64_t gate_stride, cudaStream_t s) {
-  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, n_head, n_head_kv, head_dim, scale,
-                   s);
+               int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv, int head_dim,
+               float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
+  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, batch, n_head, n_head_kv, head_dim,
+                   scale, s);
   attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 
@@ -563,39 +742,54 @@ namespace {
 
 using SplitKernel = void (*)(const float*, const float*, const float*, float*, int, const int*, int, int, int,
                              float);
+struct SplitLaunch {
+  SplitKernel kernel;
+  int smem;  // dynamic shared memory bytes
+};
 
 // BONSAI_CUDA_ATTN=0: the split kernel without the K/V prefetch and token order, =1 with them
 // but the group read at run time (A/B); else the group at compile time where it is 6.
 // BONSAI_CUDA_ATTN_RING (attention_ring): the ring of PIPE = 2 and its depth, or 0 for PIPE = 1.
-SplitKernel split_kernel(int n_head, int n_head_kv, int head_dim) {
+// batch (attention_decode_batch): with the group 6 and a ring, the kernel that scores 4 positions
+// together (attention_split_batch_kernel; its own ring).
+SplitLaunch split_kernel(int n_head, int n_head_kv, int head_dim, bool batch) {
   const int mode = attention_mode(), ring = head_dim % 4 == 0 ? attention_ring() : 0;
+  const bool g6 = mode >= 2 && n_head == 6 * n_head_kv;
+  if (batch && g6 && ring > 0) {
+    static const bool sized =
+        cudaFuncSetAttribute(attention_split_batch_kernel<6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kBatchSmem) == cudaSuccess;
+    if (sized) return {attention_split_batch_kernel<6>, kBatchSmem};
+    cudaGetLastError();  // not sized (a device with less shared memory per block): the ring kernel
+  }
   SplitKernel kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
-  if (mode >= 2 && n_head == 6 * n_head_kv) kernel = attention_split_kernel<1, 6>;
+  if (g6) kernel = attention_split_kernel<1, 6>;
   if (mode >= 1 && ring > 0) {
-    const bool g6 = mode >= 2 && n_head == 6 * n_head_kv;
     if (ring == 3) kernel = g6 ? attention_split_kernel<2, 6, 3> : attention_split_kernel<2, 0, 3>;
     if (ring == 4) kernel = g6 ? attention_split_kernel<2, 6, 4> : attention_split_kernel<2, 0, 4>;
     if (ring == 6) kernel = g6 ? attention_split_kernel<2, 6, 6> : attention_split_kernel<2, 0, 6>;
   }
-  return kernel;
+  return {kernel, 0};
 }
 
 }  // namespace
 
 void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
-                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
-                      float scale, cudaStream_t s) {
+                      int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
+                      int head_dim, float scale, cudaStream_t s) {
   const dim3 grid(n_head_kv, splits, t);
-  launch(split_kernel(n_head, n_head_kv, head_dim), grid, kWarps * 32, 0, s, q, k_cache, v_cache, part, pos0,
-         pos_dev, n_head, n_head_kv, head_dim, scale);
+  const SplitLaunch k = split_kernel(n_head, n_head_kv, head_dim, batch);
+  launch(k.kernel, grid, kWarps * 32, k.smem, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
+         head_dim, scale);
 }
 
 int attention_split_wave(int n_head, int n_head_kv, int head_dim) {
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel(n_head, n_head_kv, head_dim),
-                                                    kWarps * 32, 0) != cudaSuccess) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || [&] {
+        const SplitLaunch k = split_kernel(n_head, n_head_kv, head_dim, attention_score_batch() == kBatch);
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kWarps * 32, k.smem);
+      }() != cudaSuccess) {
     cudaGetLastError();  // a failed query is not an error of the next launch: the doubling rule runs
     return 0;
   }

@@ -30,6 +30,23 @@ int attention_ring() {
   return ring;
 }
 
+// The decode split kernel's positions scored together per warp (default 4: attention.cu,
+// attention_split_batch_kernel, where the group is 6 and a ring is on; 1 = the ring kernel of
+// session 15, bit-identical to the earlier ones). docs/performance.md, session 16.
+int knob::attn_score() { return env_int_in("BONSAI_CUDA_ATTN_SCORE", 4, {1, 4}); }
+
+int attention_score_batch() {
+  static const int batch = knob::attn_score();
+  return batch;
+}
+
+int knob::attn_score_min() { return env_int("BONSAI_CUDA_ATTN_SCORE_MIN", 16384, 1, 1 << 30); }
+
+bool attention_decode_batch(int n_kv) {
+  static const int batch = attention_score_batch(), min_kv = knob::attn_score_min();
+  return batch == 4 && n_kv >= min_kv;
+}
+
 // 0 when unset: the plan of attention_mma_splits.
 int knob::attn_splits() { return env_int("BONSAI_CUDA_ATTN_SPLITS", 0, 1, 32); }
 

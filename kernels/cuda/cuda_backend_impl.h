@@ -310,9 +310,10 @@ struct CudaBackend::Impl : BackendKnobs {
   // in it, and replays are serialized, so the site may read its states early (GdnFused).
   bool step_recording = false;
   cudaGraphExec_t exec = nullptr;
-  // The attention split count the recording in progress used / exec was recorded with (0: the
-  // step has no attention); a replay whose context wants another count records again.
-  int rec_attn_splits = 0, exec_attn_splits = 0;
+  // The attention plan (cuda::attention_decode_plan: split count and kernel) the recording in
+  // progress used / exec was recorded with (0: the step has no attention); a replay whose context
+  // wants another plan records again.
+  int rec_attn_plan = 0, exec_attn_plan = 0;
   // cuda::attention_split_wave of the last decode attention's shape (key: heads, KV heads,
   // head_dim), which replay_step's split count uses too; -1 until an attention has run.
   int attn_wave = -1;

@@ -83,7 +83,8 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
     attn_wave_key = key;
   }
   int splits = cuda::attention_decode_splits(pos0 + 1, attn_wave);
-  if (capturing) rec_attn_splits = splits;
+  const bool batch = t == 1 && cuda::attention_decode_batch(pos0 + 1);
+  if (capturing) rec_attn_plan = cuda::attention_decode_plan(pos0 + 1, attn_wave);
   if (t > 1) {
     const int blocks = t * s.n_head_kv;
     splits = std::clamp((2 * prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
@@ -93,7 +94,7 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
        "attention partials");
   if (attn_fwht && splits == cuda::kAttentionDecodeMinSplits && (s.head_dim == 128 || s.head_dim == 256)) {
     // the merge held back: the next op may be the FWHT site of out (CudaBackend::hadamard)
-    cuda::attention_splits(q, k_cache, v_cache, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
+    cuda::attention_splits(q, k_cache, v_cache, part.as<float>(), t, pos0, pos_dev(), splits, batch, s.n_head,
                            s.n_head_kv, s.head_dim, s.scale, stream);
     check_launch("attention");
     pend.merge = true;
@@ -108,7 +109,7 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
     wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
     return;
   }
-  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, s.n_head,
+  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, batch, s.n_head,
                   s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
   check_launch("attention");
   wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));

@@ -12,8 +12,8 @@ bool CudaBackend::replay_step(const int32_t* tokens, int t, int pos0) {
   impl_->flush();
   Impl& m = *impl_;
   if (!m.exec || t != 1) return false;
-  if (m.exec_attn_splits != 0 && cuda::attention_decode_splits(pos0 + 1, m.attn_wave) != m.exec_attn_splits) {
-    // The context has grown into another attention split count: this step runs eagerly (the
+  if (m.exec_attn_plan != 0 && cuda::attention_decode_plan(pos0 + 1, m.attn_wave) != m.exec_attn_plan) {
+    // The context has grown into another attention split count or kernel: this step runs eagerly (the
     // partials' buffer may have to grow, which a recording cannot do), the next one records.
     m.drop_recording();
     return false;
@@ -43,7 +43,7 @@ bool CudaBackend::begin_capture(const int32_t* tokens, int t, int pos0) {
   check(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   m.capturing = true;
   m.step_recording = true;
-  m.rec_attn_splits = 0;
+  m.rec_attn_plan = 0;
   m.invalidate_quant();
   // Recorded as a copy node: every replay reads the pinned words as they are at launch.
   check(cudaMemcpyAsync(m.step_dev, h, 2 * sizeof(int), cudaMemcpyHostToDevice, m.stream),
@@ -65,7 +65,7 @@ void CudaBackend::end_capture() {
   check(e, "cudaGraphInstantiate");
   if (m.exec) cudaGraphExecDestroy(m.exec);
   m.exec = exec;
-  m.exec_attn_splits = m.rec_attn_splits;
+  m.exec_attn_plan = m.rec_attn_plan;
   check(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch");
   m.invalidate_quant();
 }

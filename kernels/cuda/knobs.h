@@ -41,6 +41,8 @@ int attn_ring();       // BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3 (attention_se
 int attn_splits();     // BONSAI_CUDA_ATTN_SPLITS=1..32; 0 when unset
 int attn_dec_per();    // BONSAI_CUDA_ATTN_DEC_PER=1..2^20, default 64 (attention_decode_splits)
 int attn_dec_max();    // BONSAI_CUDA_ATTN_DEC_MAX=32|64|128|256, default 256 (32: one split count)
+int attn_score();      // BONSAI_CUDA_ATTN_SCORE=1|4, default 4 (attention_score_batch)
+int attn_score_min();  // BONSAI_CUDA_ATTN_SCORE_MIN=1..2^30, default 16384 (attention_decode_batch)
 bool attn_dec_wave();  // BONSAI_CUDA_ATTN_DEC_RULE=wave|double, default wave (attention_decode_splits)
 
 // gemm_select.cpp (gemm.h: the functions of the same names without the knob:: prefix)

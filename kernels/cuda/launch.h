@@ -228,18 +228,20 @@ void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, 
 // ([t][n_head][splits][head_dim + 2]), then merged into out, times
 // sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is given.
 // splits <= kAttentionMaxSplits (below).
-// head_dim % 32 == 0, <= 256; n_head / n_head_kv <= 8.
+// head_dim % 32 == 0, <= 256; n_head / n_head_kv <= 8. batch: the split kernel that scores 4 of a
+// warp's positions together where it applies (group 6, a ring on: attention_decode_batch), else
+// the ring kernel (not bit-identical to each other).
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-               const float* gate, int64_t gate_stride, cudaStream_t s);
+               int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv, int head_dim,
+               float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
 // The merge alone: out [t][n_head][head_dim] from `part` as above (times the gate when given).
 void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
                      const float* gate, int64_t gate_stride, cudaStream_t s);
 // attention() without its merge: the split launch alone (then attention_merge or
 // attention_merge_fwht).
 void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
-                      int pos0, const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
-                      float scale, cudaStream_t s);
+                      int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
+                      int head_dim, float scale, cudaStream_t s);
 // attention_merge of 32 splits followed by hadamard(out, signs, y, t, n_head·head_dim, block,
 // forward, xq, meta) in one launch (kernels/cuda/attention.cu, attention_merge_fwht_kernel;
 // BONSAI_CUDA_ATTN_FWHT=1): block = C·head_dim query heads' outputs per Hadamard block, C = 1,
@@ -266,8 +268,20 @@ bool attention_merge_fwht(const float* part, float* out, int t, int n_head, int 
 // idle (docs/performance.md, "Decode and prefill at context depth", session 16).
 inline constexpr int kAttentionDecodeMinSplits = 32, kAttentionMaxSplits = 256;
 int attention_decode_splits(int n_kv, int wave);
+// Whether a single-token step over n_kv positions takes the split kernel that scores 4 positions
+// together (`batch` of attention()): BONSAI_CUDA_ATTN_SCORE=4 (the default) and n_kv >=
+// BONSAI_CUDA_ATTN_SCORE_MIN (default 16384; below it the ring kernel's shorter launch wins:
+// docs/performance.md, session 16).
+bool attention_decode_batch(int n_kv);
+// What a recorded decode step's attention was recorded with: the split count and the kernel
+// (replay_step records again when the context wants another).
+inline int attention_decode_plan(int n_kv, int wave) {
+  return attention_decode_splits(n_kv, wave) * 2 + (attention_decode_batch(n_kv) ? 1 : 0);
+}
 // Blocks of the decode split kernel resident at once on the current device (its occupancy x the SMs),
-// divided among n_head_kv KV heads; 0 when the query fails. attention.cu.
+// divided among n_head_kv KV heads; 0 when the query fails. The kernel: the batch one where
+// BONSAI_CUDA_ATTN_SCORE=4 makes it the long contexts' kernel (on the H200 both fit 3 blocks per SM).
+// attention.cu.
 int attention_split_wave(int n_head, int n_head_kv, int head_dim);
 
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
@@ -278,6 +292,9 @@ int attention_split_wave(int n_head, int n_head_kv, int head_dim);
 int attention_mode();
 // The split kernel's cp.async ring depth (BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3; 0 = none).
 int attention_ring();
+// Positions the decode split kernel scores together per warp (BONSAI_CUDA_ATTN_SCORE=1|4, default 4:
+// with the group 6 and a ring, attention_split_batch_kernel; not bit-identical to 1).
+int attention_score_batch();
 int attention_mma_forced_splits();
 inline constexpr int kAttentionMmaMinTokens = 8;
 // Whether attention_mma takes this batch: the mode, t, head_dim 128 or 256, <= 8 query heads per
