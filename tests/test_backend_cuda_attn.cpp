@@ -137,29 +137,37 @@ TEST(CudaAttentionMma, MatchesFp16OperandReference) {
 // The decode split kernels called directly, so that the one scoring 4 positions together
 // (batch = true: attention_split_batch_kernel, group 6) runs at every split count and context size,
 // not only where attention_decode_batch picks it: warps with 0..3 positions in their last batch,
-// one position per split, empty splits, head_dim 128, a few tokens, scores up to ~±40 (q scaled by
-// 8: nearly one-hot rows, exp underflow), and q = 0 (every weight equal). Both kernels against the
-// reference: fp32 dots of head_dim terms and an online softmax, summed in another order than the
-// reference's one pass (a few ε of the O(1) outputs; the bound of CudaOps.AttentionMatchesReference).
+// one position per split, empty splits, head_dim 128, a few tokens, scores of tens (nearly one-hot
+// rows, exp underflow), and q = 0 (every weight equal). Both kernels against the reference: fp32
+// dots of head_dim terms and an online softmax, summed in another order than the reference's one
+// pass: a few ε of the O(1) outputs (the bound of CudaOps.AttentionMatchesReference) where the
+// scores are O(1). A score's rounding error grows with Σ|q·k| and moves its weight by that much
+// relative, so the large-score case uses small integers for q (times 8) and k: every dot is exact
+// in fp32 (|products| <= 32, sums <= 8192) and so is the scale 1/16, leaving the exps and sums.
 TEST(CudaAttentionDecode, BatchKernelMatchesReference) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   CudaBackend be(0);
   struct Case {
     int n_head, n_head_kv, head_dim, t, pos0, splits;
-    float q_scale;
+    float q_scale;  // < 0: q and k small integers, q times -q_scale (exact scores)
   };
   for (const Case& cs : {Case{24, 4, 256, 1, 0, 32, 2.0f}, Case{24, 4, 256, 1, 2, 32, 2.0f},
                          Case{24, 4, 256, 1, 300, 32, 2.0f}, Case{24, 4, 256, 1, 4999, 99, 2.0f},
                          Case{24, 4, 256, 1, 70, 1, 2.0f}, Case{24, 4, 256, 1, 77, 3, 2.0f},
                          Case{12, 2, 128, 1, 777, 99, 2.0f}, Case{12, 2, 128, 3, 41, 7, 2.0f},
-                         Case{24, 4, 256, 2, 1000, 5, 2.0f}, Case{24, 4, 256, 1, 3000, 13, 16.0f},
+                         Case{24, 4, 256, 2, 1000, 5, 2.0f}, Case{24, 4, 256, 1, 3000, 13, -8.0f},
                          Case{24, 4, 256, 1, 500, 9, 0.0f}}) {
     const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
     const int n_ctx = cs.pos0 + cs.t;
     const size_t kv = static_cast<size_t>(n_ctx) * cs.n_head_kv * cs.head_dim;
     const size_t nq = static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim;
-    auto q = randn(nq, 291, cs.q_scale), kc = randn(kv, 292), vc = randn(kv, 293);
+    auto q = randn(nq, 291, std::fabs(cs.q_scale)), kc = randn(kv, 292), vc = randn(kv, 293);
+    if (cs.q_scale < 0) {
+      auto small_int = [](float x) { return std::clamp(std::round(x), -2.0f, 2.0f); };
+      for (float& x : q) x = -cs.q_scale * small_int(x / -cs.q_scale);
+      for (float& x : kc) x = small_int(x);
+    }
     std::vector<float> want(nq);
     ref::attention(q.data(), kc.data(), vc.data(), want.data(), cs.t, cs.pos0, s);
     float *dq = be.alloc(nq), *dk = be.alloc(kv), *dv = be.alloc(kv), *out = be.alloc(nq);

@@ -115,9 +115,10 @@ Expected reference(const Matrix& m, const std::vector<float>& x, Precision p) {
 
 std::vector<Isa> isas() { return {Isa::Scalar, Isa::Avx2, Isa::Avx512}; }
 
-void skip_unless_supported(Isa isa) {
-  if (!isa_supported(isa)) GTEST_SKIP() << "this CPU cannot run " << isa_name(isa) << " kernels";
-}
+// A macro, not a function: GTEST_SKIP() returns from the function it is in, so it has to be the
+// test body itself (a helper's skip would let the test run on and fail on the missing ISA).
+#define SKIP_UNLESS_SUPPORTED(isa) \
+  if (!isa_supported(isa)) GTEST_SKIP() << "this CPU cannot run " << isa_name(isa) << " kernels"
 
 enum class Input { Gaussian, Huge, Tiny, Zero, MixedBlocks, Spiky };
 
@@ -170,7 +171,7 @@ class TernaryMatvec : public ::testing::TestWithParam<TernaryParam> {};
 
 TEST_P(TernaryMatvec, MatchesReferenceOnOddShapesAndInputs) {
   const auto [type, isa, prec] = GetParam();
-  skip_unless_supported(isa);
+  SKIP_UNLESS_SUPPORTED(isa);
   const int64_t g = dtype_info(type).block_size;
   const bool two_bit = type != DType::PTQ1_0;
   // (rows, k): odd row counts; one block; an odd number of blocks; K not a
@@ -205,7 +206,7 @@ TEST_P(TernaryMatvec, MatchesReferenceOnOddShapesAndInputs) {
 
 TEST_P(TernaryMatvec, ErrorSizeMatchesTheAnalysis) {
   const auto [type, isa, prec] = GetParam();
-  skip_unless_supported(isa);
+  SKIP_UNLESS_SUPPORTED(isa);
   std::mt19937 rng(99);
   const int64_t n = 64, k = 5120;
   const Matrix m = random_ternary(type, n, k, rng, false, 1 << 30);
@@ -296,7 +297,7 @@ TEST(LanesLayout, RepackRoundTrip) {
 // group (16), one group + a tail of 1 (17), the 27B's K = 5120 (16 + 16 + 8)
 // and K = 17408 (8 groups + 8); row counts off the 4- and 2-row walks.
 TEST(LanesMatvec, MatchesReferenceAndFileLayout) {
-  skip_unless_supported(Isa::Avx512);
+  SKIP_UNLESS_SUPPORTED(Isa::Avx512);
   ThreadPool pool1(1), pool2(2);
   for (Precision prec : {Precision::Faithful, Precision::Int8})
     for (DType type : {DType::PQ2_0, DType::Q2_0_G128}) {
@@ -397,7 +398,7 @@ TEST(LanesActLayout, HoldsEveryElementOnce) {
 }
 
 TEST(LanesMatvec, ErrorSizeMatchesTheAnalysis) {
-  skip_unless_supported(Isa::Avx512);
+  SKIP_UNLESS_SUPPORTED(Isa::Avx512);
   std::mt19937 rng(99);
   const int64_t n = 64, k = 5120;
   const Matrix m = random_ternary(DType::PQ2_0, n, k, rng, false, 1 << 30);
@@ -453,7 +454,7 @@ class FloatMatvec : public ::testing::TestWithParam<FloatParam> {};
 
 TEST_P(FloatMatvec, MatchesReference) {
   const auto [type, isa] = GetParam();
-  skip_unless_supported(isa);
+  SKIP_UNLESS_SUPPORTED(isa);
   std::mt19937 rng(7);
   ThreadPool pool1(1), pool2(2);
   // ssm_alpha/beta shape, plus odd rows and k not a multiple of 8 or 16.
