@@ -30,7 +30,7 @@ int attention_ring() {
   return ring;
 }
 
-// The decode split kernel's positions scored together per warp (default 4: attention.cu,
+// The decode split kernel's positions scored together per warp (default 4: attention_split.cu,
 // attention_split_batch_kernel, where the group is 6 and a ring is on; 1 = the ring kernel of
 // session 15, bit-identical to the earlier ones). docs/performance.md, session 16.
 int knob::attn_score() { return env_int_in("BONSAI_CUDA_ATTN_SCORE", 4, {1, 4}); }

@@ -281,11 +281,11 @@ inline int attention_decode_plan(int n_kv, int wave) {
 // Blocks of the decode split kernel resident at once on the current device (its occupancy x the SMs),
 // divided among n_head_kv KV heads; 0 when the query fails. The kernel: the batch one where
 // BONSAI_CUDA_ATTN_SCORE=4 makes it the long contexts' kernel (on the H200 both fit 3 blocks per SM).
-// attention.cu.
+// attention_split.cu.
 int attention_split_wave(int n_head, int n_head_kv, int head_dim);
 
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
-// errors): 0, 1, 2 the fp32 split kernel's variants (attention.cu) for every batch; 3 (default) and 4
+// errors): 0, 1, 2 the fp32 split kernel's variants (attention_split.cu) for every batch; 3 (default) and 4
 // prefill batches of at least kAttentionMmaMinTokens tokens on the tensor cores (attention_mma.cu) with
 // KV tiles of 64 / 32 positions, the split kernel (2) for the rest. BONSAI_CUDA_ATTN_SPLITS=1..32
 // forces the tensor-core kernel's split count (0: unset, the plan of attention_mma_splits).
