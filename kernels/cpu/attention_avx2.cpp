@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -156,6 +157,48 @@ void attention_decode_chunked(const float* q, const float* k_cache, const float*
 // 64 times; here once per tile. Fixed tile and block sizes: the floats do not depend on -t.
 constexpr int kTileTokens = 8, kBlockPos = 32;
 
+// a[h·d + e] = a[h·d + e]·corr[h] + Σ_{p in [b0, b1)} w[h·kBlockPos + p - b0]·v_p[e] for H rows, 16 dims
+// at a time in registers (2H accumulators, the V slice loaded once for the H rows), then the last
+// 8-dim slice when d % 16 != 0. Per output the same multiply and FMA chain in position order as one
+// row at a time: bit-identical.
+template <int H>
+void pv_rows(float* a, int d, const float* corr, const float* w, const float* vh, int64_t kv_stride, int b0,
+             int b1) {
+  int e = 0;
+  for (; e + 16 <= d; e += 16) {
+    __m256 x0[H], x1[H];
+    for (int h = 0; h < H; ++h) {
+      const __m256 cv = _mm256_set1_ps(corr[h]);
+      x0[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e));
+      x1[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e + 8));
+    }
+    for (int p = b0; p < b1; ++p) {
+      const float* vp = vh + p * kv_stride + e;
+      const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+      for (int h = 0; h < H; ++h) {
+        const __m256 wp = _mm256_set1_ps(w[h * kBlockPos + (p - b0)]);
+        x0[h] = _mm256_fmadd_ps(wp, v0, x0[h]);
+        x1[h] = _mm256_fmadd_ps(wp, v1, x1[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      _mm256_storeu_ps(a + h * d + e, x0[h]);
+      _mm256_storeu_ps(a + h * d + e + 8, x1[h]);
+    }
+  }
+  for (; e < d; e += 8) {
+    __m256 x0[H];
+    for (int h = 0; h < H; ++h)
+      x0[h] = _mm256_mul_ps(_mm256_set1_ps(corr[h]), _mm256_loadu_ps(a + h * d + e));
+    for (int p = b0; p < b1; ++p) {
+      const __m256 v0 = _mm256_loadu_ps(vh + p * kv_stride + e);
+      for (int h = 0; h < H; ++h)
+        x0[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * kBlockPos + (p - b0)]), v0, x0[h]);
+    }
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(a + h * d + e, x0[h]);
+  }
+}
+
 void attention_batch_tiled(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
                            int pos0, const AttentionShape& s, ThreadPool& pool) {
   const int d = s.head_dim, group = s.n_head / s.n_head_kv;
@@ -165,7 +208,7 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
     const int hk = static_cast<int>(task % s.n_head_kv), tile = static_cast<int>(task / s.n_head_kv);
     const int i0 = tile * kTileTokens, i1 = std::min(t, i0 + kTileTokens), rows = (i1 - i0) * group;
     std::vector<float> m(rows, -INFINITY), l(rows, 0.0f), acc(static_cast<size_t>(rows) * d, 0.0f);
-    float w[kBlockPos];
+    std::vector<float> wbuf(static_cast<size_t>(group) * kBlockPos), corr(group);  // [g][p], [g]
     const int n_end = pos0 + i1;  // the tile's last token sees positions [0, n_end)
     for (int b0 = 0; b0 < n_end; b0 += kBlockPos) {
       for (int i = i0; i < i1; ++i) {
@@ -173,6 +216,7 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
         if (b1 <= b0) continue;
         for (int g = 0; g < group; ++g) {
           const int r = (i - i0) * group + g;
+          float* w = wbuf.data() + static_cast<size_t>(g) * kBlockPos;
           const float* qr =
               q + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group + g) * d;
           const float* kh = k_cache + hk * d;
@@ -184,39 +228,26 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
           float mb = -INFINITY;
           for (int j = 0; j < b1 - b0; ++j) mb = std::max(mb, w[j] *= s.scale);
           const float mn = std::max(m[r], mb);
-          const float corr = std::exp(m[r] - mn);  // 0 on the first block (m = -inf)
-          l[r] = l[r] * corr + exp_shift_sum(w, b1 - b0, mn);
+          corr[g] = std::exp(m[r] - mn);  // 0 on the first block (m = -inf)
+          l[r] = l[r] * corr[g] + exp_shift_sum(w, b1 - b0, mn);
           m[r] = mn;
-          // acc = acc·corr + Σ_p w_p·v_p, 32 dims at a time in registers across the block's positions
-          float* a = acc.data() + static_cast<size_t>(r) * d;
-          const __m256 cv = _mm256_set1_ps(corr);
-          const float* vh = v_cache + hk * d;
-          int e = 0;
-          for (; e + 32 <= d; e += 32) {
-            __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + e)),
-                   a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + e + 8));
-            __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + e + 16)),
-                   a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + e + 24));
-            for (int pp = b0; pp < b1; ++pp) {
-              const float* vp = vh + pp * kv_stride + e;
-              const __m256 wp = _mm256_set1_ps(w[pp - b0]);
-              a0 = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp), a0);
-              a1 = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 8), a1);
-              a2 = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 16), a2);
-              a3 = _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + 24), a3);
-            }
-            _mm256_storeu_ps(a + e, a0);
-            _mm256_storeu_ps(a + e + 8, a1);
-            _mm256_storeu_ps(a + e + 16, a2);
-            _mm256_storeu_ps(a + e + 24, a3);
-          }
-          for (; e < d; e += 8) {  // head_dim % 32 != 0: the last 8-dim slices one at a time
-            __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(a + e));
-            for (int pp = b0; pp < b1; ++pp)
-              a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[pp - b0]), _mm256_loadu_ps(vh + pp * kv_stride + e), a0);
-            _mm256_storeu_ps(a + e, a0);
-          }
         }
+        // acc = acc·corr + Σ_p w_p·v_p for the token's group rows, up to 6 rows per pass over the block's
+        // V rows (pv_rows): each V slice is loaded once for the rows of the pass instead of once per row.
+        float* a = acc.data() + static_cast<size_t>(i - i0) * group * d;
+        const float* vh = v_cache + hk * d;
+        const auto pv = [&](auto n_rows, int g) {  // n_rows: std::integral_constant, the pass's row count
+          pv_rows<decltype(n_rows)::value>(a + g * d, d, corr.data() + g, wbuf.data() + g * kBlockPos, vh,
+                                           kv_stride, b0, b1);
+        };
+        int g = 0;
+        for (; g + 6 <= group; g += 6) pv(std::integral_constant<int, 6>{}, g);
+        if (group - g >= 3) {
+          pv(std::integral_constant<int, 3>{}, g);
+          g += 3;
+        }
+        if (group - g == 2) pv(std::integral_constant<int, 2>{}, g);
+        if (group - g == 1) pv(std::integral_constant<int, 1>{}, g);
       }
     }
     for (int i = i0; i < i1; ++i)
