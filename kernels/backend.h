@@ -3,7 +3,8 @@
 // nothing else about where or how it runs.
 //
 // Memory model: activations, KV caches and recurrent states are float buffers
-// allocated by the backend (host memory for CPU backends, device memory for a
+// allocated by the backend (a KV cache of type F16 packs two halves per float
+// slot and is passed as void*: see AttentionShape::kv) (host memory for CPU backends, device memory for a
 // GPU backend). The graph passes them between ops but never dereferences them;
 // results come back to the host only through to_host(). Weights stay in their
 // file layout on the host (mmap); prepare() lets a backend repack or upload
@@ -22,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bonsai/kv_type.h"
 #include "kernels/ref/topk.h"
 #include "kernels/weight.h"
 
@@ -30,6 +32,7 @@ namespace bonsai {
 struct AttentionShape {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;
+  KvType kv = KvType::F32;  // element type of k_cache / v_cache (bonsai/kv_type.h)
 };
 
 struct GdnShape {
@@ -141,13 +144,12 @@ class Backend {
   // NeoX rotate-half RoPE on the first n_rot dims of each head, positions pos0 + i for row i.
   virtual void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) = 0;
   // Causal attention of q [t][n_head][d] (positions pos0..pos0+t-1) over the cache rows
-  // [0, pos0+t) of k_cache / v_cache ([n_ctx][n_head_kv][d]); out [t][n_head][d].
-  virtual void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+  // [0, pos0+t) of k_cache / v_cache ([n_ctx][n_head_kv][d] of type s.kv); out [t][n_head][d].
+  virtual void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t,
                          int pos0, const AttentionShape& s) = 0;
-  // cache rows [pos0, pos0+t) of width `width` = src [t][width] (the KV-cache append).
-  virtual void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
-    copy(cache + static_cast<int64_t>(pos0) * width, src, static_cast<size_t>(width) * t);
-  }
+  // cache rows [pos0, pos0+t) of width `width` (elements of type kv) = src [t][width], rounded
+  // to nearest even for F16 (the KV-cache append).
+  virtual void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) = 0;
 
   // ---- gated delta net -------------------------------------------------------------
   // Depthwise causal conv over the last `taps` inputs of each channel, then SiLU.
@@ -185,8 +187,8 @@ class Backend {
     float eps = 1e-6f;
     int n_rot = 0;
     float rope_base = 10000.0f;
-    float* k_cache = nullptr;  // [n_ctx][n_head_kv][d]
-    float* v_cache = nullptr;
+    void* k_cache = nullptr;  // [n_ctx][n_head_kv][d] of type shape.kv
+    void* v_cache = nullptr;
     float* q = nullptr;      // scratch [t][n_head][d]
     float* qgate = nullptr;  // scratch [t][n_head][d]
     float* out = nullptr;    // [t][n_head][d]
@@ -202,8 +204,8 @@ class Backend {
     rmsnorm(a.k, *a.k_norm, a.k, rows_k, s.head_dim, a.eps);
     rope(a.q, t, s.n_head, s.head_dim, a.n_rot, a.rope_base, pos0);
     rope(a.k, t, s.n_head_kv, s.head_dim, a.n_rot, a.rope_base, pos0);
-    store_rows(a.k_cache, a.k, kv, t, pos0);
-    store_rows(a.v_cache, a.v, kv, t, pos0);
+    store_rows(a.k_cache, a.k, kv, t, pos0, s.kv);
+    store_rows(a.v_cache, a.v, kv, t, pos0, s.kv);
     attention(a.q, a.k_cache, a.v_cache, a.out, t, pos0, s);
     sigmoid_mul(a.out, a.qgate, a.out, rows_q * s.head_dim);
   }

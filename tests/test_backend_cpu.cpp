@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "bonsai/formats.h"
 #include "bonsai/model.h"
 #include "bonsai/session.h"
 #include "bonsai/synth.h"
@@ -108,6 +109,68 @@ TEST_P(CpuBackendOps, AttentionBatchTilesMatchReference) {
     EXPECT_LT(max_rel_diff(a, b), 1e-5) << t << " tokens at " << pos0;
     EXPECT_EQ(a, c) << t << " tokens at " << pos0 << ": the thread count changed the result";
   }
+}
+
+// f32 values rounded to an f16 cache element and widened back (what an f16 cache holds).
+std::vector<float> rounded_to_f16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = fp16_to_f32(f32_to_fp16(x[i]));
+  return r;
+}
+
+// An f16 KV cache (AttentionShape::kv = F16): every path (one task per (token, KV head), the decode
+// chunks past 512 positions, the batch tiles) widens each half exactly (F16C) where it loads it and
+// then runs the f32 path's arithmetic, so its output equals the f32 path's over the rounded rows bit
+// for bit, at any thread count; the reference likewise. The rows come from the backend's store_rows.
+TEST_P(CpuBackendOps, AttentionOverAnF16CacheEqualsTheF32PathOverRoundedRows) {
+  const AttentionShape s{6, 2, 40, 1.0f / std::sqrt(40.0f)};
+  AttentionShape h = s;
+  h.kv = KvType::F16;
+  const int64_t width = 2 * 40;
+  for (auto [t, pos0] : {std::pair{3, 37}, std::pair{1, 1499}, std::pair{11, 70}}) {
+    const int ctx = pos0 + t;
+    auto kc = randn(ctx * width, 50 + t), vc = randn(ctx * width, 51 + t), q = randn(t * 6 * 40, 52, 3.0f);
+    std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+    be_->store_rows(kh.data(), kc.data(), width, ctx, 0, KvType::F16);
+    be_->store_rows(vh.data(), vc.data(), width, ctx, 0, KvType::F16);
+    const auto kr = rounded_to_f16(kc), vr = rounded_to_f16(vc);
+    std::vector<float> a(t * 6 * 40), b(a.size()), c(a.size()), d(a.size());
+    be_->attention(q.data(), kh.data(), vh.data(), a.data(), t, pos0, h);
+    be_->attention(q.data(), kr.data(), vr.data(), b.data(), t, pos0, s);
+    EXPECT_EQ(a, b) << t << " tokens at " << pos0;
+    ref::attention(q.data(), kh.data(), vh.data(), c.data(), t, pos0, h);
+    ref::attention(q.data(), kr.data(), vr.data(), d.data(), t, pos0, s);
+    EXPECT_EQ(c, d) << t << " tokens at " << pos0 << " (reference)";
+    EXPECT_LT(max_rel_diff(a, c), 1e-5) << t << " tokens at " << pos0;  // as AttentionMatchesReference
+  }
+}
+
+// store_rows into an f16 cache rounds to nearest even exactly as f32_to_fp16 (bonsai/formats.h): ties,
+// the largest finite half and the first value that overflows to inf, subnormals and the halfway point
+// below the smallest one, signed zeros and infinities; a width that leaves a tail of 8-wide blocks; the
+// rows outside [pos0, pos0 + t) untouched.
+TEST_P(CpuBackendOps, StoreRowsIntoAnF16CacheRoundsLikeTheReference) {
+  const int64_t width = 13;
+  const int t = 3, pos0 = 2, rows = 6;
+  std::vector<float> src = randn(width * t, 60, 100.0f);
+  const float special[] = {65504.0f, 65519.99f, 65520.0f,   -65520.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                           0x1p-24f, 0x1p-25f,  0x1.8p-25f, 0x1p-14f,  0x1.ffcp-15f,    -0.0f,
+                           INFINITY, -INFINITY, 1e30f,      1e-30f,    -3.14159f,       2049.0f};
+  std::copy(std::begin(special), std::end(special), src.begin());
+  std::vector<uint16_t> a(width * rows, 0x7777), b(a.size(), 0x7777);
+  be_->store_rows(a.data(), src.data(), width, t, pos0, KvType::F16);
+  ref::store_rows(b.data(), src.data(), width, t, pos0, KvType::F16);
+  EXPECT_EQ(a, b);
+  for (int64_t i = 0; i < width * t; ++i) ASSERT_EQ(b[pos0 * width + i], f32_to_fp16(src[i])) << i;
+  for (int64_t i = 0; i < width * rows; ++i) {
+    if (i < pos0 * width || i >= (pos0 + t) * width) {
+      ASSERT_EQ(a[i], 0x7777) << i;
+    }
+  }
+  EXPECT_EQ(b[pos0 * width + 0], 0x7bff);  // 65504
+  EXPECT_EQ(b[pos0 * width + 1], 0x7bff);  // below the halfway point to 65536
+  EXPECT_EQ(b[pos0 * width + 2], 0x7c00);  // the halfway point rounds (to even) to inf
+  EXPECT_EQ(b[pos0 * width + 7], 0x0000);  // half the smallest subnormal: a tie, to even (0)
 }
 
 TEST_P(CpuBackendOps, DeltaRuleMatchesReference) {

@@ -24,6 +24,7 @@
 #include "kernels/ref/ref_backend.h"
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch.h"
 #endif
 
 #include "raw_weight.h"
@@ -566,7 +567,7 @@ TEST_F(CudaOps, RopeAndKvStoreMatchReference) {
   const int64_t width = 40;
   auto src = randn(t * width, 82);
   float* cache = be_->alloc(10 * width);
-  be_->store_rows(cache, up(src), width, t, 4);
+  be_->store_rows(cache, up(src), width, t, 4, KvType::F32);
   const auto c = down(cache, 10 * width);
   for (int64_t i = 0; i < 10 * width; ++i)
     EXPECT_EQ(c[i], i >= 4 * width && i < 7 * width ? src[i - 4 * width] : 0.0f) << i;
@@ -602,6 +603,60 @@ TEST_F(CudaOps, AttentionMatchesReference) {
     ref::attention(q.data(), kc.data(), vc.data(), ref.data(), cs.t, cs.pos0, s);
     // online softmax merges partial sums in another order: a few ε of the O(1) outputs
     expect_close(down(out, ref.size()), ref, 2e-5, "attention head_dim " + std::to_string(cs.head_dim));
+  }
+}
+
+// An f16 KV cache: store_rows rounds as f32_to_fp16 (bit for bit), and attention over it equals
+// attention over an f32 cache holding the rounded rows bit for bit: the decode split kernels (the ring
+// kernel, and the batch kernel from 16384 positions) widen each half exactly where a lane reads it, and
+// the tensor cores' batch copies the halves where the f32 path rounds to the same ones. The split
+// count of a long decode step comes from the kernel's occupancy (attention_split_wave), computed per
+// cache type: where the two differ the partials are cut elsewhere, so the outputs are compared to the
+// reference only. Every case also against the reference over the rounded rows, with
+// AttentionMatchesReference's bound (the tensor cores' batch: CudaAttentionMma's fp16-operand tests).
+TEST_F(CudaOps, AttentionOverAnF16CacheEqualsTheF32PathOverRoundedRows) {
+  struct Case {
+    int n_head, n_head_kv, head_dim, t, pos0;
+  };
+  for (const Case& cs : {Case{6, 2, 128, 1, 37}, Case{24, 4, 256, 1, 1500}, Case{24, 4, 256, 1, 20000},
+                         Case{12, 2, 128, 1, 777}, Case{12, 2, 128, 3, 41}, Case{24, 4, 256, 72, 97}}) {
+    const int n_ctx = cs.pos0 + cs.t + 3;
+    const int64_t KV = static_cast<int64_t>(cs.n_head_kv) * cs.head_dim;
+    const size_t n = static_cast<size_t>(n_ctx) * KV;
+    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
+    AttentionShape h = s;
+    h.kv = KvType::F16;
+    auto q = randn(static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim, 94, 2.0f);
+    auto kc = randn(n, 95), vc = randn(n, 96);
+    float *dkh = be_->alloc((n + 1) / 2), *dvh = be_->alloc((n + 1) / 2);
+    be_->store_rows(dkh, up(kc), KV, n_ctx, 0, KvType::F16);
+    be_->store_rows(dvh, up(vc), KV, n_ctx, 0, KvType::F16);
+    std::vector<uint16_t> kh(n), vh(n);
+    const auto kraw = down(dkh, n / 2), vraw = down(dvh, n / 2);  // n is even: KV is
+    std::memcpy(kh.data(), kraw.data(), n * 2);
+    std::memcpy(vh.data(), vraw.data(), n * 2);
+    std::vector<float> kr(n), vr(n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(kh[i], f32_to_fp16(kc[i])) << i;
+      ASSERT_EQ(vh[i], f32_to_fp16(vc[i])) << i;
+      kr[i] = fp16_to_f32(kh[i]);
+      vr[i] = fp16_to_f32(vh[i]);
+    }
+    float *o16 = be_->alloc(q.size()), *o32 = be_->alloc(q.size());
+    be_->attention(up(q), dkh, dvh, o16, cs.t, cs.pos0, h);
+    be_->attention(up(q), up(kr), up(vr), o32, cs.t, cs.pos0, s);
+    const auto a = down(o16, q.size()), b = down(o32, q.size());
+    const std::string what = std::to_string(cs.t) + " tokens at " + std::to_string(cs.pos0);
+    const bool same_cut =
+        cs.t > 1 || cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim, KvType::F16) ==
+                        cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
+    if (same_cut) {
+      EXPECT_EQ(a, b) << what;
+    }
+    if (CudaBackend::attention_on_tensor_cores(cs.t, s)) continue;
+    std::vector<float> ref(q.size());
+    ref::attention(q.data(), kr.data(), vr.data(), ref.data(), cs.t, cs.pos0, s);
+    expect_close(a, ref, 2e-5, "f16 cache, " + what);
   }
 }
 

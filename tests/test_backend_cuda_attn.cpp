@@ -178,7 +178,7 @@ TEST(CudaAttentionDecode, BatchKernelMatchesReference) {
     for (const bool batch : {true, false}) {
       be.zero(out, nq);
       be.sync();
-      cuda::attention(dq, dk, dv, out, part, cs.t, cs.pos0, nullptr, cs.splits, batch, cs.n_head,
+      cuda::attention(dq, dk, dv, KvType::F32, out, part, cs.t, cs.pos0, nullptr, cs.splits, batch, cs.n_head,
                       cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> got(nq);

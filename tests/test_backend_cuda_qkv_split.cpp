@@ -230,8 +230,8 @@ TEST(CudaQkvSplit, AttentionPrepMatchesFixupBitwise) {
           cuda::attention_prep(p, t, pos0, nullptr, nullptr, run ? split : nullptr, run != 2);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
           got[run][0] = down(p.q, static_cast<size_t>(t) * cs.n_head * d);
-          got[run][1] = down(p.k_cache, rows);
-          got[run][2] = down(p.v_cache, rows);
+          got[run][1] = down(static_cast<const float*>(p.k_cache), rows);
+          got[run][2] = down(static_cast<const float*>(p.v_cache), rows);
           got[run][3] = down(qf, static_cast<size_t>(t * nq));
           got[run][4] = down(k, static_cast<size_t>(t * nkv));
           got[run][5] = down(v, static_cast<size_t>(t * nkv));

@@ -234,6 +234,56 @@ TEST(ReferenceModel, SnapshotRestoreReproducesLogits) {
   EXPECT_EQ(a, b);
 }
 
+// An f16 KV cache (-ctk f16 -ctv f16) on both paths: a token walk and a batched prefill read the same
+// rounded rows (within the f32 cache's prefill-vs-walk bounds), the snapshot carries the halves (restore
+// reproduces the logits exactly), and the logits stay within the rounding's reach of the f32 cache's. Why
+// 0.9999: each cached element moves by at most 2^-11 of itself; carried through scores, softmax and the
+// layers that is a relative error of the order of 10·2^-11 ≈ 5e-3 in a logit row, and 1 - cos ≈ ½·(relative
+// error)² ≈ 1.2e-5.
+TEST(ReferenceModel, F16CacheWalkPrefillSnapshotAndDistanceToF32) {
+  REQUIRE_FIXTURES();
+  auto model = Model::load((kFixtures / "tiny-b128/model.pq2_0.gguf").string());
+  const std::vector<int32_t> prompt = {5, 9, 200, 17, 3, 88, 401, 12, 7, 300, 1};
+  const size_t V = 512;
+  for (const char* path : {"ref", "fast"}) {
+    SessionOptions so;
+    so.n_ctx = 32;
+    so.path = path;
+    Session f32(*model, so);
+    so.kv_type = KvType::F16;
+    Session walk(*model, so);
+    std::vector<float> walk_rows;
+    for (int32_t t : prompt) {
+      auto l = walk.decode(t);
+      walk_rows.insert(walk_rows.end(), l.begin(), l.end());
+      auto r = f32.decode(t);
+      double dot = 0, na = 0, nb = 0;
+      for (size_t i = 0; i < V; ++i) {
+        dot += double(l[i]) * r[i];
+        na += double(l[i]) * l[i];
+        nb += double(r[i]) * r[i];
+      }
+      EXPECT_GE(dot / std::sqrt(na * nb), 0.9999) << path;
+    }
+    so.prefill_chunk = 4;
+    Session batched(*model, so);
+    std::vector<float> rows(prompt.size() * V);
+    batched.prefill(prompt, rows);
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      d = std::max(d, std::fabs(double(rows[i]) - walk_rows[i]));
+      mx = std::max(mx, std::fabs(double(walk_rows[i])));
+    }
+    // the bounds of PrefillMatchesTokenWalk (below): both read the same halves
+    EXPECT_LE(d, (std::string(path) == "ref" ? 1e-6 : 2.8e-3) * std::max(1.0, mx)) << path;
+    auto snap = walk.snapshot();
+    auto a = std::vector<float>(walk.decode(3).begin(), walk.decode(3).end());
+    walk.restore(*snap);
+    auto b = std::vector<float>(walk.decode(3).begin(), walk.decode(3).end());
+    EXPECT_EQ(a, b) << path;
+  }
+}
+
 // Batched prefill (chunks crossing boundaries) leaves exactly the state of a
 // token walk: same logits for every prompt row and for the decode after it.
 TEST(ReferenceModel, PrefillMatchesTokenWalk) {

@@ -10,18 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "bonsai/kv_type.h"
 #include "bonsai/model.h"
 #include "bonsai/sampler.h"
 
 namespace bonsai {
 
 struct SessionOptions {
-  int n_ctx = 4096;          // context limit (positions); 0 = the model's trained context
-  std::string path = "ref";  // compute path: "ref" (scalar reference); fast paths add names
-  int n_threads = 0;         // 0 = physical cores
-  std::string dump_dir;      // when set, every named activation is written as raw f32 per position
-  bool profile = false;      // time every backend op (see Session::profile())
-  int prefill_chunk = 0;     // tokens per batched forward in prefill(); 0 = the backend's choice
+  int n_ctx = 4096;              // context limit (positions); 0 = the model's trained context
+  std::string path = "ref";      // compute path: "ref" (scalar reference); fast paths add names
+  int n_threads = 0;             // 0 = physical cores
+  std::string dump_dir;          // when set, every named activation is written as raw f32 per position
+  bool profile = false;          // time every backend op (see Session::profile())
+  int prefill_chunk = 0;         // tokens per batched forward in prefill(); 0 = the backend's choice
+  KvType kv_type = KvType::F32;  // element type of the KV cache (-ctk / -ctv)
 };
 
 // The compute-path names SessionOptions::path takes in this build ("auto", "ref", "fast", ...).

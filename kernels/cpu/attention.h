@@ -19,8 +19,11 @@ namespace bonsai::cpu {
 //    positions), the chunks' partial softmaxes merged in order; shorter ones
 //    one task per KV head.
 // Tile, block and chunk sizes are fixed, so the result does not depend on the
-// thread count.
-void attention_avx2(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+// thread count. An F16 cache (s.kv) is widened 8 elements at a time by F16C where
+// it is loaded; the arithmetic is the F32 path's.
+void attention_avx2(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                     const AttentionShape& s, ThreadPool& pool);
+// Backend::store_rows; F16 rows converted 8 at a time by F16C (bit-identical to ref::store_rows).
+void store_rows_f16c(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv);
 
 }  // namespace bonsai::cpu

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bonsai/formats.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/exp_avx2.h"
 #include "kernels/ref/ops.h"
@@ -21,29 +22,36 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline float dot(const float* a, const float* b, int d) {
+// 8 cache elements as f32: a plain load, or 8 halves widened by F16C (exact).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <class T>
+inline float dot(const float* a, const T* b, int d) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int e = 0;
   for (; e + 16 <= d; e += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), _mm256_loadu_ps(b + e + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), load8(b + e), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), load8(b + e + 8), acc1);
   }
-  for (; e < d; e += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc0);
+  for (; e < d; e += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), load8(b + e), acc0);
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 // The dots of one query row with 4 key rows at once (4 independent accumulator chains instead
 // of 2, and one reduction tree for the 4): the same products as dot(), summed in another order.
-inline void dot4(const float* a, const float* k0, const float* k1, const float* k2, const float* k3, int d,
-                 float* out) {
+template <class T>
+inline void dot4(const float* a, const T* k0, const T* k1, const T* k2, const T* k3, int d, float* out) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
          s3 = _mm256_setzero_ps();
   for (int e = 0; e < d; e += 8) {
     const __m256 x = _mm256_loadu_ps(a + e);
-    s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k0 + e), s0);
-    s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k1 + e), s1);
-    s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k2 + e), s2);
-    s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k3 + e), s3);
+    s0 = _mm256_fmadd_ps(x, load8(k0 + e), s0);
+    s1 = _mm256_fmadd_ps(x, load8(k1 + e), s1);
+    s2 = _mm256_fmadd_ps(x, load8(k2 + e), s2);
+    s3 = _mm256_fmadd_ps(x, load8(k3 + e), s3);
   }
   // lanes of s0..s3 summed pairwise: h = [s0 s1 s2 s3] horizontal sums in one 128-bit vector
   const __m256 h01 = _mm256_hadd_ps(s0, s1), h23 = _mm256_hadd_ps(s2, s3);
@@ -69,13 +77,15 @@ float exp_shift_sum(float* w, int n, float mx) {
   return sum;
 }
 
-// Software prefetch of one cache row (d floats, a 64-byte line per 16). Why: the rows of one KV head
-// are n_head_kv·d floats apart (4 KB on the 27B), each in its own page, and the hardware's streaming
+// Software prefetch of one cache row (d elements, a 64-byte line per 64 / sizeof(T)). Why: the rows of one KV
+// head are n_head_kv·d floats apart (4 KB on the 27B), each in its own page, and the hardware's streaming
 // prefetchers stay within a page, so every row of a long decode step waited for DRAM: on a 2-core
 // EPYC the 27B's 16384-position step read its cache at 3.5-3.9 GB/s with 2 threads, 5.5-6.2 with
 // rows prefetched 2-16 ahead (docs/performance.md, CPU, session 16).
-inline void prefetch_row(const float* row, int d) {
-  for (int e = 0; e < d; e += 16) _mm_prefetch(reinterpret_cast<const char*>(row + e), _MM_HINT_T0);
+template <class T>
+inline void prefetch_row(const T* row, int d) {
+  constexpr int kLine = 64 / static_cast<int>(sizeof(T));
+  for (int e = 0; e < d; e += kLine) _mm_prefetch(reinterpret_cast<const char*>(row + e), _MM_HINT_T0);
 }
 constexpr int kPrefetchRows = 4;  // rows ahead of the one in use
 
@@ -86,8 +96,9 @@ constexpr int kPrefetchRows = 4;  // rows ahead of the one in use
 // Why: one task per (token, KV head) gives a decode step only n_head_kv tasks (4 on the 27B), so at
 // long contexts most threads idled while 4 streamed the whole cache. The chunk size is fixed (not
 // derived from the thread count), so the result does not depend on -t.
-void attention_decode_chunked(const float* q, const float* k_cache, const float* v_cache, float* out,
-                              int pos0, const AttentionShape& s, int chunk, ThreadPool& pool) {
+template <class T>
+void attention_decode_chunked(const float* q, const T* k_cache, const T* v_cache, float* out, int pos0,
+                              const AttentionShape& s, int chunk, ThreadPool& pool) {
   const int d = s.head_dim, group = s.n_head / s.n_head_kv, n_kv = pos0 + 1;
   const int chunks = (n_kv + chunk - 1) / chunk;
   const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
@@ -103,7 +114,7 @@ void attention_decode_chunked(const float* q, const float* k_cache, const float*
     const int np = p1 - p0;
     std::vector<float> w(static_cast<size_t>(np) * group);  // [g][p] scores, then exp(score - m)
     for (int p = p0; p < p1; ++p) {
-      const float* kp = k_cache + p * kv_stride + hk * d;
+      const T* kp = k_cache + p * kv_stride + hk * d;
       if (p + kPrefetchRows < p1) prefetch_row(kp + kPrefetchRows * kv_stride, d);
       for (int g = 0; g < group; ++g)
         w[static_cast<size_t>(g) * np + (p - p0)] = dot(qg + g * d, kp, d) * s.scale;
@@ -117,13 +128,13 @@ void attention_decode_chunked(const float* q, const float* k_cache, const float*
     }
     std::fill(acc, acc + static_cast<int64_t>(group) * d, 0.0f);
     for (int p = p0; p < p1; ++p) {
-      const float* vp = v_cache + p * kv_stride + hk * d;
+      const T* vp = v_cache + p * kv_stride + hk * d;
       if (p + kPrefetchRows < p1) prefetch_row(vp + kPrefetchRows * kv_stride, d);
       for (int g = 0; g < group; ++g) {
         const __m256 wp = _mm256_set1_ps(w[static_cast<size_t>(g) * np + (p - p0)]);
         float* o = acc + g * d;
         for (int e = 0; e < d; e += 8)
-          _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + e), _mm256_loadu_ps(o + e)));
+          _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, load8(vp + e), _mm256_loadu_ps(o + e)));
       }
     }
   });
@@ -161,8 +172,8 @@ constexpr int kTileTokens = 8, kBlockPos = 32;
 // at a time in registers (2H accumulators, the V slice loaded once for the H rows), then the last
 // 8-dim slice when d % 16 != 0. Per output the same multiply and FMA chain in position order as one
 // row at a time: bit-identical.
-template <int H>
-void pv_rows(float* a, int d, const float* corr, const float* w, const float* vh, int64_t kv_stride, int b0,
+template <int H, class T>
+void pv_rows(float* a, int d, const float* corr, const float* w, const T* vh, int64_t kv_stride, int b0,
              int b1) {
   int e = 0;
   for (; e + 16 <= d; e += 16) {
@@ -173,8 +184,8 @@ void pv_rows(float* a, int d, const float* corr, const float* w, const float* vh
       x1[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e + 8));
     }
     for (int p = b0; p < b1; ++p) {
-      const float* vp = vh + p * kv_stride + e;
-      const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+      const T* vp = vh + p * kv_stride + e;
+      const __m256 v0 = load8(vp), v1 = load8(vp + 8);
       for (int h = 0; h < H; ++h) {
         const __m256 wp = _mm256_set1_ps(w[h * kBlockPos + (p - b0)]);
         x0[h] = _mm256_fmadd_ps(wp, v0, x0[h]);
@@ -191,7 +202,7 @@ void pv_rows(float* a, int d, const float* corr, const float* w, const float* vh
     for (int h = 0; h < H; ++h)
       x0[h] = _mm256_mul_ps(_mm256_set1_ps(corr[h]), _mm256_loadu_ps(a + h * d + e));
     for (int p = b0; p < b1; ++p) {
-      const __m256 v0 = _mm256_loadu_ps(vh + p * kv_stride + e);
+      const __m256 v0 = load8(vh + p * kv_stride + e);
       for (int h = 0; h < H; ++h)
         x0[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * kBlockPos + (p - b0)]), v0, x0[h]);
     }
@@ -199,8 +210,9 @@ void pv_rows(float* a, int d, const float* corr, const float* w, const float* vh
   }
 }
 
-void attention_batch_tiled(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
-                           int pos0, const AttentionShape& s, ThreadPool& pool) {
+template <class T>
+void attention_batch_tiled(const float* q, const T* k_cache, const T* v_cache, float* out, int t, int pos0,
+                           const AttentionShape& s, ThreadPool& pool) {
   const int d = s.head_dim, group = s.n_head / s.n_head_kv;
   const int tiles = (t + kTileTokens - 1) / kTileTokens;
   const int64_t kv_stride = static_cast<int64_t>(s.n_head_kv) * d;
@@ -219,7 +231,7 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
           float* w = wbuf.data() + static_cast<size_t>(g) * kBlockPos;
           const float* qr =
               q + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group + g) * d;
-          const float* kh = k_cache + hk * d;
+          const T* kh = k_cache + hk * d;
           int p = b0;
           for (; p + 4 <= b1; p += 4)
             dot4(qr, kh + p * kv_stride, kh + (p + 1) * kv_stride, kh + (p + 2) * kv_stride,
@@ -235,7 +247,7 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
         // acc = acc·corr + Σ_p w_p·v_p for the token's group rows, up to 6 rows per pass over the block's
         // V rows (pv_rows): each V slice is loaded once for the rows of the pass instead of once per row.
         float* a = acc.data() + static_cast<size_t>(i - i0) * group * d;
-        const float* vh = v_cache + hk * d;
+        const T* vh = v_cache + hk * d;
         const auto pv = [&](auto n_rows, int g) {  // n_rows: std::integral_constant, the pass's row count
           pv_rows<decltype(n_rows)::value>(a + g * d, d, corr.data() + g, wbuf.data() + g * kBlockPos, vh,
                                            kv_stride, b0, b1);
@@ -261,15 +273,10 @@ void attention_batch_tiled(const float* q, const float* k_cache, const float* v_
   });
 }
 
-}  // namespace
-
-void attention_avx2(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
-                    const AttentionShape& s, ThreadPool& pool) {
+template <class T>
+void attention_t(const float* q, const T* k_cache, const T* v_cache, float* out, int t, int pos0,
+                 const AttentionShape& s, ThreadPool& pool) {
   const int d = s.head_dim, group = s.n_head / s.n_head_kv;
-  if (d % 8 != 0) {
-    ref::attention(q, k_cache, v_cache, out, t, pos0, s);
-    return;
-  }
   // BONSAI_CPU_ATTN_CHUNK: positions per task of a long-context decode step (0: one task per KV
   // head at any length, as before session 14), read once per process.
   static const int chunk = env_int("BONSAI_CPU_ATTN_CHUNK", 512, 0, 1 << 20);
@@ -290,7 +297,7 @@ void attention_avx2(const float* q, const float* k_cache, const float* v_cache, 
     std::vector<float> w(static_cast<size_t>(n_kv) * group);  // [p][g] scores, then weights
     const float* qg = q + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group) * d;
     for (int p = 0; p < n_kv; ++p) {
-      const float* kp = k_cache + p * kv_stride + hk * d;
+      const T* kp = k_cache + p * kv_stride + hk * d;
       for (int g = 0; g < group; ++g)
         w[static_cast<size_t>(p) * group + g] = dot(qg + g * d, kp, d) * s.scale;
     }
@@ -305,15 +312,46 @@ void attention_avx2(const float* q, const float* k_cache, const float* v_cache, 
     float* og = out + (static_cast<int64_t>(i) * s.n_head + static_cast<int64_t>(hk) * group) * d;
     for (int64_t e = 0; e < static_cast<int64_t>(group) * d; ++e) og[e] = 0;
     for (int p = 0; p < n_kv; ++p) {
-      const float* vp = v_cache + p * kv_stride + hk * d;
+      const T* vp = v_cache + p * kv_stride + hk * d;
       for (int g = 0; g < group; ++g) {
         const __m256 wp = _mm256_set1_ps(w[static_cast<size_t>(p) * group + g] * inv[g]);
         float* o = og + g * d;
         for (int e = 0; e < d; e += 8)
-          _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, _mm256_loadu_ps(vp + e), _mm256_loadu_ps(o + e)));
+          _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, load8(vp + e), _mm256_loadu_ps(o + e)));
       }
     }
   });
+}
+
+}  // namespace
+
+void attention_avx2(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
+                    const AttentionShape& s, ThreadPool& pool) {
+  if (s.head_dim % 8 != 0) {
+    ref::attention(q, k_cache, v_cache, out, t, pos0, s);
+    return;
+  }
+  if (s.kv == KvType::F16)
+    attention_t(q, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache), out, t, pos0,
+                s, pool);
+  else
+    attention_t(q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out, t, pos0, s,
+                pool);
+}
+
+void store_rows_f16c(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) {
+  if (kv != KvType::F16) {
+    ref::store_rows(cache, src, width, t, pos0, kv);
+    return;
+  }
+  uint16_t* dst = static_cast<uint16_t*>(cache) + static_cast<int64_t>(pos0) * width;
+  const int64_t n = width * t;
+  int64_t j = 0;
+  // _MM_FROUND_TO_NEAREST_INT: round to nearest even, as f32_to_fp16 (bonsai/formats.h) does
+  for (; j + 8 <= n; j += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT));
+  for (; j < n; ++j) dst[j] = f32_to_fp16(src[j]);
 }
 
 }  // namespace bonsai::cpu

@@ -225,7 +225,12 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, const float* x,
   }
 }
 
-void CpuBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+void CpuBackend::store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) {
+  if (isa_ == Isa::Scalar) return RefBackend::store_rows(cache, src, width, t, pos0, kv);
+  cpu::store_rows_f16c(cache, src, width, t, pos0, kv);
+}
+
+void CpuBackend::attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t,
                            int pos0, const AttentionShape& s) {
   if (isa_ == Isa::Scalar) return RefBackend::attention(q, k_cache, v_cache, out, t, pos0, s);
   cpu::attention_avx2(q, k_cache, v_cache, out, t, pos0, s, pool_);

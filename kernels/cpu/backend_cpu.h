@@ -31,7 +31,8 @@ class CpuBackend : public RefBackend {
                           int64_t n, float eps) override;
   void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
                    float* rotated, int64_t rows, int64_t n) override;
-  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+  void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) override;
+  void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s) override;
   void gdn_recurrence(const float* conv, const float* g, const float* beta, float* state, float* out, int t,
                       const GdnShape& s) override;

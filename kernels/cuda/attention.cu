@@ -1,4 +1,4 @@
-// Causal GQA attention over the f32 KV cache, flash-decoding style: the split kernels
+// Causal GQA attention over the KV cache (f32 or f16 elements), flash-decoding style: the split kernels
 // (attention_split.cu) cut the positions of each (token, KV head) into `splits` ranges and compute
 // an online-softmax partial per range; here the merge of the partials (with the output gate of the
 // attention site, and the FWHT site of its output), the attention prep (q/k norms, RoPE, the cache
@@ -218,6 +218,14 @@ __global__ void __launch_bounds__(D)
 // and its gate element together; split::sum_slots, the matvec fix-up's additions: the same
 // floats) and writes the sums back to qf / k / v (the merge reads the gate from qf); the gain
 // is loaded and the slot addresses formed before the dependency wait.
+// Element idx of a cache row of type kv (uniform across the grid: one predictable branch).
+__device__ __forceinline__ void put_cache(void* cache, KvType kv, int64_t idx, float x) {
+  if (kv == KvType::F16)
+    static_cast<__half*>(cache)[idx] = to_cache<__half>(x);
+  else
+    static_cast<float*>(cache)[idx] = x;
+}
+
 template <bool kSplit>
 __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, SplitSums sq, SplitSums sk,
                                       SplitSums sv, int weak) {
@@ -257,7 +265,7 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
     } else {
       x = p.v[static_cast<int64_t>(i) * kv + hv * d + e];
     }
-    p.v_cache[pos * kv + static_cast<int64_t>(hv) * d + e] = x;
+    put_cache(p.v_cache, p.kv, pos * kv + static_cast<int64_t>(hv) * d + e, x);
     return;
   }
   float x;
@@ -293,16 +301,16 @@ __global__ void attention_prep_kernel(AttnPrep p, int pos0, const int* pos_dev, 
   if (is_q)
     p.q[(static_cast<int64_t>(i) * p.n_head + h) * d + e] = y;
   else
-    p.k_cache[pos * kv + static_cast<int64_t>(h) * d + e] = y;
+    put_cache(p.k_cache, p.kv, pos * kv + static_cast<int64_t>(h) * d + e, y);
 }
 
 }  // namespace
 
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv, int head_dim,
-               float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
-  attention_splits(q, k_cache, v_cache, part, t, pos0, pos_dev, splits, batch, n_head, n_head_kv, head_dim,
-                   scale, s);
+void attention(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* out, float* part,
+               int t, int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
+               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
+  attention_splits(q, k_cache, v_cache, kv, part, t, pos0, pos_dev, splits, batch, n_head, n_head_kv,
+                   head_dim, scale, s);
   attention_merge(part, out, t, n_head, splits, head_dim, gate, gate_stride, s);
 }
 

@@ -74,9 +74,11 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// kv16 [2][n_head_kv][n][d] (K then V) from the fp32 cache rows [0, n) ([n][n_head_kv][d]).
-__global__ void kv_to_half_kernel(const float* __restrict__ k, const float* __restrict__ v, __half* kv16,
-                                  int n, int n_head_kv, int d) {
+// kv16 [2][n_head_kv][n][d] (K then V) from the cache rows [0, n) ([n][n_head_kv][d]): f32 rows
+// rounded to fp16, f16 rows (T = __half) copied as they are.
+template <class T>
+__global__ void kv_to_half_kernel(const T* __restrict__ k, const T* __restrict__ v, __half* kv16, int n,
+                                  int n_head_kv, int d) {
   pdl_trigger();
   pdl_wait();
   const int64_t row = static_cast<int64_t>(n_head_kv) * d;  // floats per position
@@ -86,13 +88,17 @@ __global__ void kv_to_half_kernel(const float* __restrict__ k, const float* __re
   const int which = idx >= per;
   const int64_t e = (idx - which * per) * 8;
   const int64_t pos = e / row, h = (e % row) / d, dd = e % d;
-  const float4* src = reinterpret_cast<const float4*>((which ? v : k) + e);
-  const float4 a = src[0], b = src[1];
   uint4 o;
-  o.x = pack_half2(a.x, a.y);
-  o.y = pack_half2(a.z, a.w);
-  o.z = pack_half2(b.x, b.y);
-  o.w = pack_half2(b.z, b.w);
+  if constexpr (sizeof(T) == 2) {
+    o = *reinterpret_cast<const uint4*>((which ? v : k) + e);
+  } else {
+    const float4* src = reinterpret_cast<const float4*>((which ? v : k) + e);
+    const float4 a = src[0], b = src[1];
+    o.x = pack_half2(a.x, a.y);
+    o.y = pack_half2(a.z, a.w);
+    o.z = pack_half2(b.x, b.y);
+    o.w = pack_half2(b.z, b.w);
+  }
   *reinterpret_cast<uint4*>(kv16 + ((which * n_head_kv + h) * n + pos) * d + dd) = o;
 }
 
@@ -324,14 +330,14 @@ bool small_tiles(int n_head, int n_head_kv) { return attention_mode() == 4 && n_
 
 }  // namespace
 
-bool attention_mma_fits(const float* q, const float* k_cache, const float* v_cache, int t, int n_head,
+bool attention_mma_fits(const float* q, const void* k_cache, const void* v_cache, int t, int n_head,
                         int n_head_kv, int head_dim) {
   const int mode = attention_mode();
   if (mode < 3 || t < kAttentionMmaMinTokens) return false;
   if (head_dim != 128 && head_dim != 256) return false;
   if (n_head_kv <= 0 || n_head % n_head_kv || n_head / n_head_kv > 8) return false;
   // float4 loads of q and the cache rows
-  for (const float* p : {q, k_cache, v_cache})
+  for (const void* p : {static_cast<const void*>(q), k_cache, v_cache})
     if (reinterpret_cast<uintptr_t>(p) % 16) return false;
   return true;
 }
@@ -359,16 +365,20 @@ size_t attention_mma_scratch(int t, int pos0, int n_head, int n_head_kv, int hea
   return (part + 255) / 256 * 256 + kv;
 }
 
-void attention_mma(const float* q, const float* k_cache, const float* v_cache, float* out, void* scratch,
-                   int t, int pos0, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-                   const float* gate, int64_t gate_stride, cudaStream_t s) {
+void attention_mma(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* out,
+                   void* scratch, int t, int pos0, int splits, int n_head, int n_head_kv, int head_dim,
+                   float scale, const float* gate, int64_t gate_stride, cudaStream_t s) {
   const size_t part_bytes =
       splits > 1 ? static_cast<size_t>(t) * n_head * splits * (head_dim + 2) * sizeof(float) : 0;
   auto* kv16 = reinterpret_cast<__half*>(static_cast<uint8_t*>(scratch) + (part_bytes + 255) / 256 * 256);
   const int n_rows = pos0 + t;
   const int64_t chunks = 2 * static_cast<int64_t>(n_rows) * n_head_kv * head_dim / 8;
-  launch(kv_to_half_kernel, blocks_for(chunks, 256), 256, 0, s, k_cache, v_cache, kv16, n_rows, n_head_kv,
-         head_dim);
+  if (kv == KvType::F16)
+    launch(kv_to_half_kernel<__half>, blocks_for(chunks, 256), 256, 0, s, static_cast<const __half*>(k_cache),
+           static_cast<const __half*>(v_cache), kv16, n_rows, n_head_kv, head_dim);
+  else
+    launch(kv_to_half_kernel<float>, blocks_for(chunks, 256), 256, 0, s, static_cast<const float*>(k_cache),
+           static_cast<const float*>(v_cache), kv16, n_rows, n_head_kv, head_dim);
   MmaArgs a{
       q,      kv16, static_cast<float*>(scratch), out, gate, gate_stride, t, pos0, n_rows, n_head, n_head_kv,
       splits, scale};

@@ -1,9 +1,12 @@
-// The split half of the causal GQA attention over the f32 KV cache (flash-decoding style): the
+// The split half of the causal GQA attention over the KV cache (flash-decoding style): the
 // positions of each (token, KV head) are cut into `splits` ranges and each block computes an
 // online-softmax partial (max, sum, weighted V) for the query heads that share that KV head;
 // attention.cu merges the partials (attention_merge) and holds the prefill kernels' siblings.
 // Decode steps and small batches run here: the ring kernel (attention_split_kernel) and, at long
 // contexts, the kernel that scores 4 positions together (attention_split_batch_kernel).
+// Both take the cache's element type T: float, or __half for an f16 cache, whose rows (half the
+// bytes) go through the same rings and are widened to f32 where a lane reads its element; the
+// arithmetic after that is the same.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -15,7 +18,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxE = 8;          // head_dim / 32 <= 8
 constexpr int kMaxGroup = 8;      // query heads per KV head
-constexpr int kRow = kMaxE * 32;  // floats of one cache row slot (head_dim <= 256)
+constexpr int kRow = kMaxE * 32;  // elements of one cache row slot (head_dim <= 256)
 
 // The split kernel's shared memory: the warps' partials for the final merge and, with PIPE = 2,
 // before them (the same bytes: a block barrier separates the two uses) each warp's ring of D
@@ -28,7 +31,7 @@ struct SplitSmem {
   static constexpr int kBytes = kAcc > kRing ? kAcc : kRing;
 };
 
-__device__ __forceinline__ void cp_async_16(float* dst, const float* src) {  // L2 only (.cg): streamed once
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {  // L2 only (.cg): streamed once
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
@@ -140,11 +143,12 @@ __device__ __forceinline__ void store_split_partial(unsigned char* sm_raw, const
 // same order: bit-identical to PIPE = 1. In a recorded step the ring's first D positions are
 // requested before the dependency wait; this step's own row (n_kv - 1) never goes through the ring
 // there, it is loaded directly after the wait.
-template <int PIPE, int G, int D = 1>
+template <int PIPE, int G, int D, class T>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_split_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
-                           const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
+    attention_split_kernel(const float* __restrict__ q, const T* __restrict__ k_cache,
+                           const T* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
                            int n_head, int n_head_kv, int head_dim, float scale) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
   pdl_trigger();
   // A recorded decode step (pos_dev is given only then: CudaBackend::Impl::pos_dev) loads the
   // cache rows of earlier steps before the dependency wait, so their DRAM round trip overlaps
@@ -166,26 +170,26 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t kv_stride = static_cast<int64_t>(n_head_kv) * head_dim;
 
   auto load = [&](int p, float(&kr)[kMaxE], float(&vr)[kMaxE]) {
-    const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-    const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+    const T* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+    const T* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
 #pragma unroll
     for (int e = 0; e < kMaxE; ++e) {
-      kr[e] = e < ne ? kp[e * 32 + lane] : 0.0f;
-      vr[e] = e < ne ? vp[e * 32 + lane] : 0.0f;
+      kr[e] = e < ne ? from_cache(kp[e * 32 + lane]) : 0.0f;
+      vr[e] = e < ne ? from_cache(vp[e * 32 + lane]) : 0.0f;
     }
   };
   float ka[kMaxE], va[kMaxE], kb[kMaxE], vb[kMaxE];  // PIPE 1: positions p and p + 4
   const int pw = p0 + warp, last = n_kv - 1;
   // PIPE 2: this warp's ring [D][K row, V row], and the positions that go through it.
-  float* const ring = reinterpret_cast<float*>(sm_raw) + warp * D * 2 * kRow;
+  T* const ring = reinterpret_cast<T*>(sm_raw) + warp * D * 2 * kRow;
   const int pend = early ? min(p1, last) : p1;
   auto issue = [&](int p, int slot) {  // one commit group per call (empty past pend)
     if (p < pend) {
-      const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-      const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-      float* dk = ring + slot * 2 * kRow;
+      const T* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      const T* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      T* dk = ring + slot * 2 * kRow;
 #pragma unroll
-      for (int c = lane * 4; c < kRow; c += 128) {  // unrolled: no loop for the compiler to peel
+      for (int c = lane * kVec; c < kRow; c += 32 * kVec) {  // unrolled: no loop for the compiler to peel
         if (c < head_dim) {
           cp_async_16(dk + c, kp + c);
           cp_async_16(dk + kRow + c, vp + c);
@@ -240,11 +244,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (p < pend) {
         cp_async_wait<D - 1>();  // this lane's copies of position p have landed
         __syncwarp();            // ... and every lane's
-        const float* sk = ring + slot * 2 * kRow;
+        const T* sk = ring + slot * 2 * kRow;
 #pragma unroll
         for (int e = 0; e < kMaxE; ++e) {
-          kr[e] = e < ne ? sk[e * 32 + lane] : 0.0f;
-          vr[e] = e < ne ? sk[kRow + e * 32 + lane] : 0.0f;
+          kr[e] = e < ne ? from_cache(sk[e * 32 + lane]) : 0.0f;
+          vr[e] = e < ne ? from_cache(sk[kRow + e * 32 + lane]) : 0.0f;
         }
         __syncwarp();  // the slot is read before it is refilled
         issue(p + D * kWarps, slot);
@@ -300,12 +304,13 @@ constexpr int kBatch = 4, kBatchRing = 2 * kBatch;
 constexpr int kBatchSmem = static_cast<int>(sizeof(float)) * kWarps * kBatchRing * 2 * kRow;
 static_assert(kBatchSmem >= kSplitAcc, "the warps' partials reuse the ring's bytes");
 
-template <int G>
+template <int G, class T>
 __global__ void __launch_bounds__(kWarps * 32, 3)
-    attention_split_batch_kernel(const float* __restrict__ q, const float* __restrict__ k_cache,
-                                 const float* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
+    attention_split_batch_kernel(const float* __restrict__ q, const T* __restrict__ k_cache,
+                                 const T* __restrict__ v_cache, float* part, int pos0, const int* pos_dev,
                                  int n_head, int n_head_kv, int head_dim, float scale) {
   static_assert(G > 0 && G <= kMaxGroup, "the group at compile time");
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
   constexpr int D = kBatchRing;
   pdl_trigger();
   const bool early = pos_dev != nullptr;  // a recorded step: rows of earlier steps before the wait
@@ -319,15 +324,15 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const int per = (n_kv + splits - 1) / splits;
   const int p0 = split * per, p1 = min(n_kv, p0 + per);
   const int64_t kv_stride = static_cast<int64_t>(n_head_kv) * head_dim;
-  float* const ring = reinterpret_cast<float*>(sm_dyn) + warp * D * 2 * kRow;
+  T* const ring = reinterpret_cast<T*>(sm_dyn) + warp * D * 2 * kRow;
   const int pw = p0 + warp, pend = early ? min(p1, n_kv - 1) : p1;
   auto issue = [&](int p, int slot) {  // one commit group per call (empty past pend)
     if (p < pend) {
-      const float* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-      const float* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
-      float* dk = ring + slot * 2 * kRow;
+      const T* kp = k_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      const T* vp = v_cache + p * kv_stride + static_cast<int64_t>(hk) * head_dim;
+      T* dk = ring + slot * 2 * kRow;
 #pragma unroll
-      for (int c = lane * 4; c < kRow; c += 128) {  // unrolled: no loop for the compiler to peel
+      for (int c = lane * kVec; c < kRow; c += 32 * kVec) {  // unrolled: no loop for the compiler to peel
         if (c < head_dim) {
           cp_async_16(dk + c, kp + c);
           cp_async_16(dk + kRow + c, vp + c);
@@ -336,9 +341,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
     cp_async_commit();
   };
-  auto load_row = [&](const float* src, float(&r)[kMaxE], bool valid) {
+  auto load_row = [&](const T* src, float(&r)[kMaxE], bool valid) {
 #pragma unroll
-    for (int e = 0; e < kMaxE; ++e) r[e] = (valid && e < ne) ? src[e * 32 + lane] : 0.0f;
+    for (int e = 0; e < kMaxE; ++e) r[e] = (valid && e < ne) ? from_cache(src[e * 32 + lane]) : 0.0f;
   };
 #pragma unroll
   for (int d = 0; d < D; ++d) issue(pw + d * kWarps, d);
@@ -364,7 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   for (int p = pw; p < p1; p += kBatch * kWarps) {
     cp_async_wait<D - kBatch>();  // this lane's copies of the batch's positions have landed
     __syncwarp();                 // ... and every lane's
-    const float* rows[kBatch];    // K row of each position (its V row kRow floats on in the ring)
+    const T* rows[kBatch];        // K row of each position (its V row kRow elements on in the ring)
     int n = 0;                    // valid positions of the batch (>= 1: p < p1)
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -444,10 +449,11 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   store_split_partial<G>(sm_dyn, m, l, acc, part, i, n_head, hk, G, splits, split, head_dim);
 }
 
-using SplitKernel = void (*)(const float*, const float*, const float*, float*, int, const int*, int, int, int,
-                             float);
+template <class T>
+using SplitKernel = void (*)(const float*, const T*, const T*, float*, int, const int*, int, int, int, float);
+template <class T>
 struct SplitLaunch {
-  SplitKernel kernel;
+  SplitKernel<T> kernel;
   int smem;  // dynamic shared memory bytes
 };
 
@@ -456,44 +462,62 @@ struct SplitLaunch {
 // BONSAI_CUDA_ATTN_RING (attention_ring): the ring of PIPE = 2 and its depth, or 0 for PIPE = 1.
 // batch (attention_decode_batch): with the group 6 and a ring, the kernel that scores 4 positions
 // together (attention_split_batch_kernel; its own ring).
-SplitLaunch split_kernel(int n_head, int n_head_kv, int head_dim, bool batch) {
-  const int mode = attention_mode(), ring = head_dim % 4 == 0 ? attention_ring() : 0;
+template <class T>
+SplitLaunch<T> split_kernel(int n_head, int n_head_kv, int head_dim, bool batch) {
+  const int mode = attention_mode(), ring = head_dim % 8 == 0 ? attention_ring() : 0;
   const bool g6 = mode >= 2 && n_head == 6 * n_head_kv;
   if (batch && g6 && ring > 0) {
     static const bool sized =
-        cudaFuncSetAttribute(attention_split_batch_kernel<6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(attention_split_batch_kernel<6, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kBatchSmem) == cudaSuccess;
-    if (sized) return {attention_split_batch_kernel<6>, kBatchSmem};
+    if (sized) return {attention_split_batch_kernel<6, T>, kBatchSmem};
     cudaGetLastError();  // not sized (a device with less shared memory per block): the ring kernel
   }
-  SplitKernel kernel = mode == 0 ? attention_split_kernel<0, 0> : attention_split_kernel<1, 0>;
-  if (g6) kernel = attention_split_kernel<1, 6>;
+  SplitKernel<T> kernel = mode == 0 ? attention_split_kernel<0, 0, 1, T> : attention_split_kernel<1, 0, 1, T>;
+  if (g6) kernel = attention_split_kernel<1, 6, 1, T>;
   if (mode >= 1 && ring > 0) {
-    if (ring == 3) kernel = g6 ? attention_split_kernel<2, 6, 3> : attention_split_kernel<2, 0, 3>;
-    if (ring == 4) kernel = g6 ? attention_split_kernel<2, 6, 4> : attention_split_kernel<2, 0, 4>;
-    if (ring == 6) kernel = g6 ? attention_split_kernel<2, 6, 6> : attention_split_kernel<2, 0, 6>;
+    if (ring == 3) kernel = g6 ? attention_split_kernel<2, 6, 3, T> : attention_split_kernel<2, 0, 3, T>;
+    if (ring == 4) kernel = g6 ? attention_split_kernel<2, 6, 4, T> : attention_split_kernel<2, 0, 4, T>;
+    if (ring == 6) kernel = g6 ? attention_split_kernel<2, 6, 6, T> : attention_split_kernel<2, 0, 6, T>;
   }
   return {kernel, 0};
 }
 
-}  // namespace
-
-void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
-                      int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
-                      int head_dim, float scale, cudaStream_t s) {
+template <class T>
+void launch_splits(const float* q, const T* k_cache, const T* v_cache, float* part, int t, int pos0,
+                   const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv, int head_dim,
+                   float scale, cudaStream_t s) {
   const dim3 grid(n_head_kv, splits, t);
-  const SplitLaunch k = split_kernel(n_head, n_head_kv, head_dim, batch);
+  const SplitLaunch<T> k = split_kernel<T>(n_head, n_head_kv, head_dim, batch);
   launch(k.kernel, grid, kWarps * 32, k.smem, s, q, k_cache, v_cache, part, pos0, pos_dev, n_head, n_head_kv,
          head_dim, scale);
 }
 
-int attention_split_wave(int n_head, int n_head_kv, int head_dim) {
+template <class T>
+int occupancy(int n_head, int n_head_kv, int head_dim, int* per_sm) {
+  const SplitLaunch<T> k = split_kernel<T>(n_head, n_head_kv, head_dim, attention_score_batch() == kBatch);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k.kernel, kWarps * 32, k.smem);
+}
+
+}  // namespace
+
+void attention_splits(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* part, int t,
+                      int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
+                      int head_dim, float scale, cudaStream_t s) {
+  if (kv == KvType::F16)
+    launch_splits(q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache), part, t, pos0,
+                  pos_dev, splits, batch, n_head, n_head_kv, head_dim, scale, s);
+  else
+    launch_splits(q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), part, t, pos0,
+                  pos_dev, splits, batch, n_head, n_head_kv, head_dim, scale, s);
+}
+
+int attention_split_wave(int n_head, int n_head_kv, int head_dim, KvType kv) {
   int device = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || [&] {
-        const SplitLaunch k = split_kernel(n_head, n_head_kv, head_dim, attention_score_batch() == kBatch);
-        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kWarps * 32, k.smem);
-      }() != cudaSuccess) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      (kv == KvType::F16 ? occupancy<__half>(n_head, n_head_kv, head_dim, &per_sm)
+                         : occupancy<float>(n_head, n_head_kv, head_dim, &per_sm)) != cudaSuccess) {
     cudaGetLastError();  // a failed query is not an error of the next launch: the doubling rule runs
     return 0;
   }

@@ -39,6 +39,18 @@ __device__ __forceinline__ float block_sum(float v) {
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// KV cache elements (T = float, or __half for an f16 cache): stored rounded to nearest even, read
+// back widened exactly.
+template <class T>
+__device__ __forceinline__ T to_cache(float x) {
+  if constexpr (sizeof(T) == 2)
+    return __float2half_rn(x);
+  else
+    return x;
+}
+__device__ __forceinline__ float from_cache(float x) { return x; }
+__device__ __forceinline__ float from_cache(__half x) { return __half2float(x); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // fp16 stored at a 2-byte aligned address.

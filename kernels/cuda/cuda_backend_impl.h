@@ -315,7 +315,7 @@ struct CudaBackend::Impl : BackendKnobs {
   // wants another plan records again.
   int rec_attn_plan = 0, exec_attn_plan = 0;
   // cuda::attention_split_wave of the last decode attention's shape (key: heads, KV heads,
-  // head_dim), which replay_step's split count uses too; -1 until an attention has run.
+  // head_dim, cache type), which replay_step's split count uses too; -1 until an attention has run.
   int attn_wave = -1;
   int64_t attn_wave_key = -1;
 
@@ -461,7 +461,7 @@ struct CudaBackend::Impl : BackendKnobs {
     }
     return g.as<int>();
   }
-  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+  void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s, const float* gate, int64_t gate_stride);
 };
 

@@ -37,15 +37,15 @@ void CudaBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, flo
   m.wrote(x, static_cast<size_t>(t) * n_head * head_dim * sizeof(float));
 }
 
-void CudaBackend::store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
+void CudaBackend::store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) {
   impl_->flush();
   Impl& m = *impl_;
-  cuda::store_rows(cache, src, width, t, pos0, m.pos_dev(), m.stream);
+  cuda::store_rows(cache, src, width, t, pos0, m.pos_dev(), kv, m.stream);
   check_launch("store_rows");
   m.invalidate_quant();  // the written rows depend on a device-side position
 }
 
-void CudaBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+void CudaBackend::attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t,
                             int pos0, const AttentionShape& s) {
   impl_->flush();
   impl_->attention(q, k_cache, v_cache, out, t, pos0, s, nullptr, 0);
@@ -55,9 +55,8 @@ bool CudaBackend::attention_on_tensor_cores(int t, const AttentionShape& s) {
   return cuda::attention_mma_fits(nullptr, nullptr, nullptr, t, s.n_head, s.n_head_kv, s.head_dim);
 }
 
-void CudaBackend::Impl::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
-                                  int t, int pos0, const AttentionShape& s, const float* gate,
-                                  int64_t gate_stride) {
+void CudaBackend::Impl::attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t,
+                                  int pos0, const AttentionShape& s, const float* gate, int64_t gate_stride) {
   if (s.head_dim % 32 || s.head_dim > 256 || s.n_head % s.n_head_kv || s.n_head / s.n_head_kv > 8)
     fail("cuda: attention with {} heads, {} KV heads and head_dim {} is not supported", s.n_head, s.n_head_kv,
          s.head_dim);
@@ -67,8 +66,8 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
     const int splits = cuda::attention_mma_splits(t, pos0, s.n_head, s.n_head_kv, prop.multiProcessorCount);
     grow(part, cuda::attention_mma_scratch(t, pos0, s.n_head, s.n_head_kv, s.head_dim, splits),
          "attention partials");
-    cuda::attention_mma(q, k_cache, v_cache, out, part.as<void>(), t, pos0, splits, s.n_head, s.n_head_kv,
-                        s.head_dim, s.scale, gate, gate_stride, stream);
+    cuda::attention_mma(q, k_cache, v_cache, s.kv, out, part.as<void>(), t, pos0, splits, s.n_head,
+                        s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
     check_launch("attention (tensor cores)");
     wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
     return;
@@ -76,10 +75,10 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
   // One token (a decode step): the split count of its context (cuda::attention_decode_splits),
   // which a recorded step keeps for as long as the count does not change (replay_step records
   // again when it would). Batches: enough blocks to fill the device.
-  const int64_t key =
-      (static_cast<int64_t>(s.n_head) << 40) | (static_cast<int64_t>(s.n_head_kv) << 20) | s.head_dim;
+  const int64_t key = (static_cast<int64_t>(s.kv) << 60) | (static_cast<int64_t>(s.n_head) << 40) |
+                      (static_cast<int64_t>(s.n_head_kv) << 20) | s.head_dim;
   if (attn_wave_key != key) {
-    attn_wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim);
+    attn_wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim, s.kv);
     attn_wave_key = key;
   }
   int splits = cuda::attention_decode_splits(pos0 + 1, attn_wave);
@@ -94,8 +93,8 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
        "attention partials");
   if (attn_fwht && splits == cuda::kAttentionDecodeMinSplits && (s.head_dim == 128 || s.head_dim == 256)) {
     // the merge held back: the next op may be the FWHT site of out (CudaBackend::hadamard)
-    cuda::attention_splits(q, k_cache, v_cache, part.as<float>(), t, pos0, pos_dev(), splits, batch, s.n_head,
-                           s.n_head_kv, s.head_dim, s.scale, stream);
+    cuda::attention_splits(q, k_cache, v_cache, s.kv, part.as<float>(), t, pos0, pos_dev(), splits, batch,
+                           s.n_head, s.n_head_kv, s.head_dim, s.scale, stream);
     check_launch("attention");
     pend.merge = true;
     pend.merge_part = part.as<float>();
@@ -109,8 +108,8 @@ void CudaBackend::Impl::attention(const float* q, const float* k_cache, const fl
     wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
     return;
   }
-  cuda::attention(q, k_cache, v_cache, out, part.as<float>(), t, pos0, pos_dev(), splits, batch, s.n_head,
-                  s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
+  cuda::attention(q, k_cache, v_cache, s.kv, out, part.as<float>(), t, pos0, pos_dev(), splits, batch,
+                  s.n_head, s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
   check_launch("attention");
   wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
 }
@@ -156,6 +155,7 @@ void CudaBackend::attention_site(const AttentionSite& a, int t, int pos0) {
   p.q = a.q;
   p.k_cache = a.k_cache;
   p.v_cache = a.v_cache;
+  p.kv = s.kv;
   cuda::attention_prep(p, t, pos0, m.pos_dev(), m.stream, deferred ? split : nullptr, m.gdn_dec.split_weak);
   check_launch(deferred ? "attention_prep (split sums)" : "attention_prep");
   m.wrote(a.q, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));

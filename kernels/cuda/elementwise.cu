@@ -71,12 +71,14 @@ __global__ void rope_kernel(float* x, int t, int n_head, int head_dim, int n_rot
   v[j + half] = a * s + b * c;
 }
 
-__global__ void store_rows_kernel(float* __restrict__ cache, const float* __restrict__ src, int64_t total,
+// T = __half: the KV cache's f16 rows, rounded to nearest even (__float2half_rn, as f32_to_fp16).
+template <class T>
+__global__ void store_rows_kernel(T* __restrict__ cache, const float* __restrict__ src, int64_t total,
                                   int64_t width, int pos0, const int* pos_dev) {
   pdl_trigger();
   pdl_wait();
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (o < total) cache[static_cast<int64_t>(position(pos0, pos_dev)) * width + o] = src[o];
+  if (o < total) cache[static_cast<int64_t>(position(pos0, pos_dev)) * width + o] = to_cache<T>(src[o]);
 }
 
 // Thread per channel; the taps-1 previous inputs live in registers across the t tokens.
@@ -159,11 +161,15 @@ void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int 
          pos_dev);
 }
 
-void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
+void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev, KvType kv,
                 cudaStream_t s) {
   const int64_t total = width * t;
-  launch(store_rows_kernel, blocks_for(total, kThreads), kThreads, 0, s, cache, src, total, width, pos0,
-         pos_dev);
+  if (kv == KvType::F16)
+    launch(store_rows_kernel<__half>, blocks_for(total, kThreads), kThreads, 0, s,
+           static_cast<__half*>(cache), src, total, width, pos0, pos_dev);
+  else
+    launch(store_rows_kernel<float>, blocks_for(total, kThreads), kThreads, 0, s, static_cast<float*>(cache),
+           src, total, width, pos0, pos_dev);
 }
 
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps,

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bonsai/kv_type.h"
+
 namespace bonsai::cuda {
 
 // Weight element formats read in their file layout (small or non-ternary tensors).
@@ -222,24 +224,26 @@ void take_part(const float* x, float* y, int64_t rows, int parts, int part, int6
 // (a recorded decode step reads it from device memory so that one recording serves every position)
 void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0, const int* pos_dev,
           cudaStream_t s);
-void store_rows(float* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev,
+// cache: elements of type kv (F16: rounded to nearest even).
+void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, const int* pos_dev, KvType kv,
                 cudaStream_t s);
-// Split-K attention: `splits` partial softmaxes per (token, head) in `part`
+// Split-K attention over a cache of type kv (F16 elements widened to f32 where they are read): `splits`
+// partial softmaxes per (token, head) in `part`
 // ([t][n_head][splits][head_dim + 2]), then merged into out, times
 // sigmoid(gate[(token·n_head + head)·gate_stride + dim]) when gate is given.
 // splits <= kAttentionMaxSplits (below).
 // head_dim % 32 == 0, <= 256; n_head / n_head_kv <= 8. batch: the split kernel that scores 4 of a
 // warp's positions together where it applies (group 6, a ring on: attention_decode_batch), else
 // the ring kernel (not bit-identical to each other).
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* part, int t,
-               int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv, int head_dim,
-               float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
+void attention(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* out, float* part,
+               int t, int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
+               int head_dim, float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
 // The merge alone: out [t][n_head][head_dim] from `part` as above (times the gate when given).
 void attention_merge(const float* part, float* out, int t, int n_head, int splits, int head_dim,
                      const float* gate, int64_t gate_stride, cudaStream_t s);
 // attention() without its merge: the split launch alone (then attention_merge or
 // attention_merge_fwht).
-void attention_splits(const float* q, const float* k_cache, const float* v_cache, float* part, int t,
+void attention_splits(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* part, int t,
                       int pos0, const int* pos_dev, int splits, bool batch, int n_head, int n_head_kv,
                       int head_dim, float scale, cudaStream_t s);
 // attention_merge of 32 splits followed by hadamard(out, signs, y, t, n_head·head_dim, block,
@@ -282,7 +286,7 @@ inline int attention_decode_plan(int n_kv, int wave) {
 // divided among n_head_kv KV heads; 0 when the query fails. The kernel: the batch one where
 // BONSAI_CUDA_ATTN_SCORE=4 makes it the long contexts' kernel (on the H200 both fit 3 blocks per SM).
 // attention_split.cu.
-int attention_split_wave(int n_head, int n_head_kv, int head_dim);
+int attention_split_wave(int n_head, int n_head_kv, int head_dim, KvType kv = KvType::F32);
 
 // Which attention kernel runs (BONSAI_CUDA_ATTN, attention_select.cpp; read once, other values are
 // errors): 0, 1, 2 the fp32 split kernel's variants (attention_split.cu) for every batch; 3 (default) and 4
@@ -299,16 +303,17 @@ int attention_mma_forced_splits();
 inline constexpr int kAttentionMmaMinTokens = 8;
 // Whether attention_mma takes this batch: the mode, t, head_dim 128 or 256, <= 8 query heads per
 // KV head, 16-byte aligned q and cache rows.
-bool attention_mma_fits(const float* q, const float* k_cache, const float* v_cache, int t, int n_head,
+bool attention_mma_fits(const float* q, const void* k_cache, const void* v_cache, int t, int n_head,
                         int n_head_kv, int head_dim);
 int attention_mma_splits(int t, int pos0, int n_head, int n_head_kv, int sm_count);
 // Bytes of `scratch` for attention_mma: the partials (splits > 1) and an fp16 copy of the cache rows.
 size_t attention_mma_scratch(int t, int pos0, int n_head, int n_head_kv, int head_dim, int splits);
 // attention() for a prefill batch on the tensor cores (fp16 q, k, v and softmax weights; fp32
 // scores, softmax and sums), then the merge when splits > 1. Not recordable (pos0 on the host).
-void attention_mma(const float* q, const float* k_cache, const float* v_cache, float* out, void* scratch,
-                   int t, int pos0, int splits, int n_head, int n_head_kv, int head_dim, float scale,
-                   const float* gate, int64_t gate_stride, cudaStream_t s);
+// An F16 cache's rows are copied into the scratch as they are (the same halves the f32 path rounds to).
+void attention_mma(const float* q, const void* k_cache, const void* v_cache, KvType kv, float* out,
+                   void* scratch, int t, int pos0, int splits, int n_head, int n_head_kv, int head_dim,
+                   float scale, const float* gate, int64_t gate_stride, cudaStream_t s);
 // The attention site before attention(): q [t][n_head][d] = RoPE(rmsnorm(query)·q_norm) from
 // qf [t][n_head][2][d]; k likewise from k [t][n_head_kv][d] (k_norm) into k_cache rows
 // pos..pos+t-1; v copied into v_cache. head_dim % 32 == 0, <= 1024; n_rot <= head_dim.
@@ -320,7 +325,9 @@ struct AttnPrep {
   const float *q_norm = nullptr, *k_norm = nullptr;
   float eps = 0.0f, base = 0.0f;
   int n_rot = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  float *q = nullptr, *k_cache = nullptr, *v_cache = nullptr;
+  float* q = nullptr;
+  void *k_cache = nullptr, *v_cache = nullptr;  // elements of type kv
+  KvType kv = KvType::F32;
 };
 // split (optional): qf, k and v unsummed (the deferred q/k/v launch's three jobs); weak: their
 // slots read with plain loads, else ld.global.cg (split_sums.cuh, sum_slots).

@@ -20,8 +20,11 @@ void sigmoid_mul(const float* x, const float* gate, float* y, int64_t n);
 void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d);
 void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d);
 void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0);
-void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+// k_cache / v_cache hold elements of type s.kv; an F16 element is converted to f32 where it is read.
+void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                const AttentionShape& s);
+// cache rows [pos0, pos0 + t) of width `width` = src [t][width], rounded to nearest even for F16.
+void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv);
 void ssm_conv(const float* x, float* state, const float* w, float* out, int t, int64_t channels, int taps);
 void gdn_gates(const float* alpha, const float* beta_in, const float* ssm_a, const float* dt_bias, float* g,
                float* beta, int t, int n_v);

@@ -49,9 +49,12 @@ void RefBackend::take_part(const float* x, float* y, int64_t rows, int parts, in
 void RefBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
   ref::rope(x, t, n_head, head_dim, n_rot, base, pos0);
 }
-void RefBackend::attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t,
+void RefBackend::attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t,
                            int pos0, const AttentionShape& s) {
   ref::attention(q, k_cache, v_cache, out, t, pos0, s);
+}
+void RefBackend::store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) {
+  ref::store_rows(cache, src, width, t, pos0, kv);
 }
 void RefBackend::ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                           int taps) {

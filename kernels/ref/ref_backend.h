@@ -43,8 +43,9 @@ class RefBackend : public Backend {
   void transpose_heads(const float* x, float* y, int64_t rows, int a, int b, int64_t d) override;
   void take_part(const float* x, float* y, int64_t rows, int parts, int part, int64_t d) override;
   void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
-  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+  void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s) override;
+  void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
   void gdn_gates(const float* alpha, const float* beta_in, const Weight& ssm_a, const Weight& dt_bias,

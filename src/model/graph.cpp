@@ -24,7 +24,7 @@ namespace {
 int64_t prod(int64_t a, int64_t b) { return a * b; }
 }  // namespace
 
-Graph::Graph(const Model& model, Backend& backend, int n_ctx)
+Graph::Graph(const Model& model, Backend& backend, int n_ctx, KvType kv)
     : model_(model), c_(model.config()), be_(backend) {
   const ModelWeights& mw = model.weights();
   w_.tok_embd = mw.tok_embd;
@@ -58,19 +58,20 @@ Graph::Graph(const Model& model, Backend& backend, int n_ctx)
   }
 
   state_.n_ctx = n_ctx;
-  const int64_t kv = prod(c_.n_head_kv, c_.head_dim_k);
+  state_.kv = kv;
   // The KV cache is the one allocation the user sizes (-c): a failure names it and its size.
   auto alloc_kv = [&] {
     try {
-      return be_.alloc(static_cast<size_t>(n_ctx) * kv);
+      return be_.alloc(kv_floats(n_ctx));
     } catch (const std::exception& e) {  // bonsai::Error from mmap/cudaMalloc, bad_alloc from the reference
       uint32_t n_attn = 0;
       for (uint32_t l = 0; l < c_.n_layer; ++l) n_attn += c_.recurrent[l] ? 0 : 1;
-      const double gb = 2.0 * n_attn * static_cast<double>(n_ctx) * static_cast<double>(kv) * 4 / 1e9;
+      const double gb = 2.0 * n_attn * static_cast<double>(kv_floats(n_ctx)) * 4 / 1e9;
       fail(
-          "KV cache for a context of {} positions ({} attention layer{}, {:.2f} GB as f32) could not be "
-          "allocated; use a smaller context size (-c): {}",
-          n_ctx, n_attn, n_attn == 1 ? "" : "s", gb, e.what());
+          "KV cache for a context of {} positions ({} attention layer{}, {:.2f} GB as {}) could not be "
+          "allocated; use a smaller context size (-c){}: {}",
+          n_ctx, n_attn, n_attn == 1 ? "" : "s", gb, kv_type_name(kv),
+          kv == KvType::F32 ? " or an f16 cache (-ctk f16 -ctv f16)" : "", e.what());
     }
   };
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
@@ -162,22 +163,27 @@ void Graph::ensure_scratch(int t) {
   s_->logits = a(c_.n_vocab);
 }
 
+size_t Graph::kv_floats(int64_t rows) const {
+  const int64_t bytes =
+      rows * prod(c_.n_head_kv, c_.head_dim_k) * static_cast<int64_t>(kv_type_bytes(state_.kv));
+  return static_cast<size_t>((bytes + 3) / 4);  // an odd count of halves rounds up to a whole slot
+}
+
 void Graph::reset_state() {
-  const int64_t kv = prod(c_.n_head_kv, c_.head_dim_k);
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     if (c_.recurrent[il]) {
       be_.zero(state_.conv_state[il], static_cast<size_t>(c_.ssm_conv - 1) * c_.ssm_conv_channels());
       be_.zero(state_.ssm_state[il], static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim());
     } else {
-      be_.zero(state_.k_cache[il], static_cast<size_t>(state_.n_ctx) * kv);
-      be_.zero(state_.v_cache[il], static_cast<size_t>(state_.n_ctx) * kv);
+      be_.zero(state_.k_cache[il], kv_floats(state_.n_ctx));
+      be_.zero(state_.v_cache[il], kv_floats(state_.n_ctx));
     }
   }
 }
 
 std::vector<float> Graph::save_state(int n_pos) const {
-  std::vector<float> out;
-  const size_t kv = static_cast<size_t>(c_.n_head_kv) * c_.head_dim_k * n_pos;
+  std::vector<float> out;  // F16 rows travel as their bits, two halves per float slot
+  const size_t kv = kv_floats(n_pos);
   const size_t cs = static_cast<size_t>(c_.ssm_conv - 1) * c_.ssm_conv_channels();
   const size_t ss = static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim();
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
@@ -198,7 +204,7 @@ std::vector<float> Graph::save_state(int n_pos) const {
 }
 
 void Graph::load_state(const std::vector<float>& s, int n_pos) {
-  const size_t kv = static_cast<size_t>(c_.n_head_kv) * c_.head_dim_k * n_pos;
+  const size_t kv = kv_floats(n_pos);
   const size_t cs = static_cast<size_t>(c_.ssm_conv - 1) * c_.ssm_conv_channels();
   const size_t ss = static_cast<size_t>(c_.ssm_n_v) * c_.ssm_d_state * c_.ssm_head_v_dim();
   size_t at = 0;
@@ -419,7 +425,7 @@ void Graph::attention_layer(int il, int t, int pos0) {
   const Weight* proj[] = {&L.attn_q, &L.attn_k, &L.attn_v};
   float* proj_out[] = {s.qf, s.k, s.v};
   be_.matmul_multi(proj, s.xr, proj_out, t);
-  AttentionShape as{H, HKV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  AttentionShape as{H, HKV, D, 1.0f / std::sqrt(static_cast<float>(D)), state_.kv};
   if (dump_dir_.empty()) {  // norms, RoPE, KV store, attention and gate as one site
     Backend::AttentionSite site;
     site.qf = s.qf;
@@ -461,8 +467,8 @@ void Graph::attention_ops(int il, int t, int pos0, const AttentionShape& as) {
   name("Kcur_normed", il, s.k, KV, t, pos0);
   be_.rope(s.q, t, H, D, static_cast<int>(c_.n_rot), c_.rope_base, pos0);
   be_.rope(s.k, t, HKV, D, static_cast<int>(c_.n_rot), c_.rope_base, pos0);
-  be_.store_rows(state_.k_cache[il], s.k, KV, t, pos0);
-  be_.store_rows(state_.v_cache[il], s.v, KV, t, pos0);
+  be_.store_rows(state_.k_cache[il], s.k, KV, t, pos0, as.kv);
+  be_.store_rows(state_.v_cache[il], s.v, KV, t, pos0, as.kv);
   be_.attention(s.q, state_.k_cache[il], state_.v_cache[il], s.att, t, pos0, as);
   name("attn_pregate", il, s.att, HD, t, pos0);
   be_.sigmoid_mul(s.att, s.qgate, s.att, HD * t);

@@ -19,13 +19,16 @@ namespace bonsai {
 // Per-sequence state living in backend memory.
 struct GraphState {
   int n_ctx = 0;
-  std::vector<float*> k_cache, v_cache;       // attention layers: [n_ctx][Hkv·D] (nullptr for GDN layers)
+  KvType kv = KvType::F32;  // element type of k_cache / v_cache
+  // attention layers: [n_ctx][Hkv·D] elements of type kv (an F16 cache packs two per float slot;
+  // nullptr for GDN layers)
+  std::vector<float*> k_cache, v_cache;
   std::vector<float*> conv_state, ssm_state;  // GDN layers: [(taps-1)][C] and [n_v][d_k][d_v]
 };
 
 class Graph {
  public:
-  Graph(const Model& model, Backend& backend, int n_ctx);
+  Graph(const Model& model, Backend& backend, int n_ctx, KvType kv = KvType::F32);
   ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
@@ -54,6 +57,8 @@ class Graph {
   void compute(const int32_t* tokens, int t, int pos0, bool head, int first);
   // The ops of forward(): the layers, then the head (rows first..t-1) when `head`.
   void forward_ops(const int32_t* tokens, int t, int pos0, bool head, int first);
+  // Float slots of `rows` KV-cache rows of one layer (Hkv·D elements of type state_.kv each).
+  size_t kv_floats(int64_t rows) const;
   void name(const char* what, int layer, const float* p, int64_t width, int t, int pos0);
   void hadamard_site(const float* x, float* y, int64_t k, int t);
   const float* signs_for(int64_t k) const;  // backend buffer of the width-k signs, or nullptr

@@ -96,13 +96,13 @@ void ProfilingBackend::swiglu_site(const float* gate, const float* up, float* ac
                                    int64_t block, float* rotated, int64_t rows, int64_t n) {
   timed("swiglu_site", 0, [&] { inner_->swiglu_site(gate, up, act, signs, block, rotated, rows, n); });
 }
-void ProfilingBackend::store_rows(float* cache, const float* src, int64_t width, int t, int pos0) {
-  timed("store_rows", 0, [&] { inner_->store_rows(cache, src, width, t, pos0); });
+void ProfilingBackend::store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) {
+  timed("store_rows", 0, [&] { inner_->store_rows(cache, src, width, t, pos0, kv); });
 }
 void ProfilingBackend::rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) {
   timed("rope", 0, [&] { inner_->rope(x, t, n_head, head_dim, n_rot, base, pos0); });
 }
-void ProfilingBackend::attention(const float* q, const float* k, const float* v, float* out, int t, int pos0,
+void ProfilingBackend::attention(const float* q, const void* k, const void* v, float* out, int t, int pos0,
                                  const AttentionShape& s) {
   timed("attention", 0, [&] { inner_->attention(q, k, v, out, t, pos0, s); });
 }

@@ -54,10 +54,10 @@ class ProfilingBackend : public Backend {
                           int64_t n, float eps) override;
   void swiglu_site(const float* gate, const float* up, float* act, const float* signs, int64_t block,
                    float* rotated, int64_t rows, int64_t n) override;
-  void store_rows(float* cache, const float* src, int64_t width, int t, int pos0) override;
+  void store_rows(void* cache, const float* src, int64_t width, int t, int pos0, KvType kv) override;
   // The capture hooks keep their no-op defaults: a profiled run executes every op eagerly.
   void rope(float* x, int t, int n_head, int head_dim, int n_rot, float base, int pos0) override;
-  void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int t, int pos0,
+  void attention(const float* q, const void* k_cache, const void* v_cache, float* out, int t, int pos0,
                  const AttentionShape& s) override;
   void ssm_conv(const float* x, float* state, const Weight& w, float* out, int t, int64_t channels,
                 int taps) override;
