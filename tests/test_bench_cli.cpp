@@ -63,6 +63,38 @@ TEST_F(BenchCli, UbatchListRunsPromptTestsPerValue) {
   EXPECT_EQ(rows[3][6], "pp9");
 }
 
+// -ctk lists one session per type (one row per test each, type columns at the end of the csv); the md
+// table shows type_k / type_v only when a type is not f32; a mixed or unknown pair is a usage error.
+TEST_F(BenchCli, CacheTypeListRunsEachType) {
+  const CliResult r = run_bonsai("bench" + m() + "-p 3 -n 2 -r 1 -ctk f32,f16 -o csv");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto rows = csv_rows(r.out);
+  ASSERT_EQ(rows.size(), 5u) << r.out;  // header, pp3 and tg2 with f32, then with f16
+  ASSERT_EQ(rows[0].size(), 14u) << r.out;
+  EXPECT_EQ(rows[0][12], "type_k");
+  EXPECT_EQ(rows[0][13], "type_v");
+  const char* want[] = {"f32", "f32", "f16", "f16"};
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(rows[i + 1].size(), 14u) << r.out;
+    EXPECT_EQ(rows[i + 1][12], want[i]) << r.out;
+    EXPECT_EQ(rows[i + 1][13], want[i]) << r.out;
+    EXPECT_GT(std::stod(rows[i + 1][8]), 0.0) << r.out;
+  }
+  const CliResult md = run_bonsai("bench" + m() + "-p 0 -n 2 -r 1 -ctk f16 -ctv f16");
+  ASSERT_EQ(md.rc, 0) << md.err;
+  EXPECT_NE(md.out.find("| type_k | type_v |"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| f16 | f16 |"), std::string::npos) << md.out;
+  const CliResult plain = run_bonsai("bench" + m() + "-p 0 -n 2 -r 1");
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("type_k"), std::string::npos) << plain.out;
+  for (const std::string bad : {"-ctk f16 -ctv f32", "-ctk q8_0", "-ctk f32,f16 -ctv f16"}) {
+    const CliResult e = run_bonsai("bench" + m() + "-p 0 -n 2 -r 1 " + bad);
+    EXPECT_EQ(e.rc, 2) << bad << "\n" << e.err;
+    EXPECT_NE(e.err.find("-ctk/--cache-type-k"), std::string::npos) << bad << "\n" << e.err;
+    EXPECT_TRUE(e.out.empty()) << e.out;
+  }
+}
+
 TEST_F(BenchCli, BackendChoiceIsTheDefaultChunk) {
   // Without -ub the md table has no n_ubatch column; pp rows report the backend's chunk in csv (64 on the
   // CPU).

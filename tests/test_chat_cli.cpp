@@ -85,6 +85,21 @@ TEST_F(TextCli, RunStreamsNTokensAndTimes) {
   EXPECT_NE(r.err.find("loaded "), std::string::npos) << r.err;  // load indication
 }
 
+// An f16 KV cache (-ctk f16 -ctv f16) runs run and chat end to end; greedy decoding on the tiny model
+// comes out the same as with the f32 cache (its margins are far above what rounding the cache moves).
+TEST_F(TextCli, F16CacheRunsRunAndChat) {
+  const std::string args = "run" + m() + "-p 'Tell me a story' -n 12 --ignore-eos --temp 0 ";
+  const CliResult a = run_bonsai(args);
+  const CliResult b = run_bonsai(args + "-ctk f16 -ctv f16");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  const CliResult c = run_bonsai(
+      "chat" + m() + "-n 4 --ignore-eos -s 2 --cache-type-k f16 --cache-type-v f16", "Hi\nAgain\n");
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(turns(c.err).size(), 2u) << c.err;
+}
+
 TEST_F(TextCli, SameSeedSameOutput) {
   const std::string args =
       "run" + m() + "-p 'Hello there' -n 16 --ignore-eos --temp 1.0 --top-k 0 --min-p 0 ";
@@ -185,6 +200,9 @@ TEST_F(TextCli, UsageErrorsExit2) {
       {"run" + m() + "-f /nonexistent/prompt.txt", "/nonexistent/prompt.txt"},
       {"chat -m /nonexistent/model.gguf", "/nonexistent/model.gguf"},
       {"chat" + m() + "--temp nan", "--temp"},
+      {"run" + m() + "-ctk q4_0 -p hi", "valid: f32, f16"},
+      {"run" + m() + "-ctk f16 -p hi", "must have the same type"},
+      {"chat" + m() + "-ctv f16", "-ctv/--cache-type-v is f16"},
   };
   for (const auto& [args, needle] : cases) {
     const CliResult r = run_bonsai(args);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "bonsai/kv_type.h"
+
 namespace bonsai {
 
 enum class GateCriteria {
@@ -20,8 +22,9 @@ struct GateOptions {
   std::string path = "ref";        // compute path (Session path)
   GateCriteria criteria = GateCriteria::Strict;
   int n_threads = 0;
-  bool prefill = false;         // prompt positions via Session::prefill
-  std::string dump_logits_dir;  // teacher-forced logits per case, fixture format
+  bool prefill = false;          // prompt positions via Session::prefill
+  KvType kv_type = KvType::F32;  // KV cache element type (-ctk / -ctv)
+  std::string dump_logits_dir;   // teacher-forced logits per case, fixture format
   std::string dump_activations_dir;
   std::function<void(const std::string&)> on_case_start;
 };

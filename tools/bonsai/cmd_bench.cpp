@@ -1,6 +1,6 @@
 // bonsai bench — llama-bench-shaped throughput measurement.
 //   bonsai bench -m M.gguf [-p 512] [-n 128] [-d 0,4096] [-r 5] [-t 1,2] [-ub 256,512] [--path fast]
-//                [-o md|json|csv]
+//                [-ctk f32,f16] [-o md|json|csv]
 // Each (model, path, threads, depth, test) runs r repetitions after one warm-up; t/s is
 // mean ± sample std. At a depth d > 0 every repetition first fills d context positions with an
 // untimed prefill of random tokens (llama-bench's -d), so a test measures its steps after them. Decode rows
@@ -36,6 +36,7 @@ struct BenchCli {
   std::vector<int> threads;
   std::vector<int> ubatch{0};  // prompt tokens per batched forward step; 0 = the backend's choice
   std::vector<std::string> paths{"auto"};
+  std::vector<std::string> cache_k{"f32"}, cache_v;  // -ctk / -ctv; -ctv defaults to -ctk's list
   std::string output = "md";
   bool no_bandwidth = false;
   bool profile = false;
@@ -53,6 +54,7 @@ struct Row {
   uint64_t size = 0, params = 0;
   int threads = 0;
   int ubatch = 0;                      // the session's prefill chunk (pp tests)
+  KvType kv = KvType::F32;             // KV cache element type
   int depth = 0;                       // context positions filled before the test
   double mean = 0, std = 0;            // tokens per second
   double weight_gbs = 0, bw_frac = 0;  // decode only
@@ -100,6 +102,15 @@ void run(const BenchCli& o) {
       usage_fail("-ub/--ubatch-size values must be in [1, 4096], or 0 for the backend's choice (got {})", u);
   // The n_ubatch column only when asked for (as llama-bench shows non-default parameters).
   const bool show_ub = o.ubatch.size() > 1 || o.ubatch[0] != 0;
+  const std::vector<std::string>& cache_v = o.cache_v.empty() ? o.cache_k : o.cache_v;
+  if (o.cache_k.empty() || cache_v.size() != o.cache_k.size())
+    usage_fail("-ctk/--cache-type-k and -ctv/--cache-type-v need lists of the same length (got {} and {})",
+               o.cache_k.size(), cache_v.size());
+  std::vector<KvType> kv_types;
+  for (size_t i = 0; i < o.cache_k.size(); ++i) kv_types.push_back(parse_kv_types(o.cache_k[i], cache_v[i]));
+  // type_k / type_v columns only when a non-default type is measured (as llama-bench)
+  const bool show_kv =
+      std::any_of(kv_types.begin(), kv_types.end(), [](KvType k) { return k != KvType::F32; });
   if (o.output != "md" && o.output != "json" && o.output != "csv")
     usage_fail("-o/--output must be md, json or csv (got '{}')", o.output);
 
@@ -124,93 +135,98 @@ void run(const BenchCli& o) {
     for (auto& x : depth_toks) x = tok(depth_rng);
     for (const auto& p : o.paths)
       for (int nt : threads)
-        for (size_t ui = 0; ui < o.ubatch.size(); ++ui) {
-          // Every -ub value runs the pp tests; the tg tests (one token per step) only with the first.
-          struct Test {
-            std::string name;
-            int n;
-            bool prompt;
-          };
-          std::vector<Test> tests;
-          for (int n : o.n_prompt)
-            if (n > 0) tests.push_back({fmt::format("pp{}", n), n, true});
-          for (int n : o.n_gen)
-            if (n > 0 && ui == 0) tests.push_back({fmt::format("tg{}", n), n, false});
-          int max_n = 1;
-          for (const auto& t : tests) max_n = std::max(max_n, t.n);
-          SessionOptions so;
-          so.path = p;
-          so.n_threads = nt;
-          // Room for the deepest context and the longest test (+ 1 spare position, as before -d existed,
-          // unless that one would pass the model's trained context).
-          const int64_t need = static_cast<int64_t>(max_depth) + max_n;
-          if (c.n_ctx_train > 0 && need > static_cast<int64_t>(c.n_ctx_train))
-            usage_fail(
-                "-d/--n-depth {} + the longest test ({} tokens) exceed the model's trained context ({})",
-                max_depth, max_n, c.n_ctx_train);
-          so.n_ctx =
-              static_cast<int>(c.n_ctx_train > 0 ? std::min<int64_t>(need + 1, c.n_ctx_train) : need + 1);
-          so.prefill_chunk = o.ubatch[ui];
-          Session s(*model, so);
-          // The context before a test: d positions of depth_toks, prefilled (untimed).
-          auto fill = [&](Session& ss, int d) {
-            ss.reset();
-            if (d > 0) ss.prefill(std::span<const int32_t>(depth_toks.data(), static_cast<size_t>(d)));
-          };
-          for (int d : o.n_depth)
-            for (const auto& t : tests) {
-              std::vector<int32_t> toks(static_cast<size_t>(t.n));
-              for (auto& x : toks) x = tok(rng);
-              const std::string label = d > 0 ? fmt::format("{} @ d{}", t.name, d) : t.name;
-              auto once = [&] {
-                fill(s, d);
-                auto t0 = std::chrono::steady_clock::now();
-                if (t.prompt)
-                  s.prefill(toks);
-                else if (o.full_logits)
-                  for (int32_t x : toks) s.decode(x);
-                else  // each step as greedy decoding runs it: only the argmax crosses to the host
-                  for (int32_t x : toks) s.decode_top_k(x, 1);
-                return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              };
-              fmt::print(stderr, "{} | {} | {} threads | {}: warm-up", model->path(), p, nt, label);
-              std::fflush(stderr);
-              once();
-              std::vector<double> tps;
-              for (int r = 0; r < o.reps; ++r) {
-                tps.push_back(t.n / once());
-                fmt::print(stderr, " {:.2f}", tps.back());
+        for (KvType kv : kv_types)
+          for (size_t ui = 0; ui < o.ubatch.size(); ++ui) {
+            // Every -ub value runs the pp tests; the tg tests (one token per step) only with the first.
+            struct Test {
+              std::string name;
+              int n;
+              bool prompt;
+            };
+            std::vector<Test> tests;
+            for (int n : o.n_prompt)
+              if (n > 0) tests.push_back({fmt::format("pp{}", n), n, true});
+            for (int n : o.n_gen)
+              if (n > 0 && ui == 0) tests.push_back({fmt::format("tg{}", n), n, false});
+            int max_n = 1;
+            for (const auto& t : tests) max_n = std::max(max_n, t.n);
+            SessionOptions so;
+            so.path = p;
+            so.n_threads = nt;
+            // Room for the deepest context and the longest test (+ 1 spare position, as before -d existed,
+            // unless that one would pass the model's trained context).
+            const int64_t need = static_cast<int64_t>(max_depth) + max_n;
+            if (c.n_ctx_train > 0 && need > static_cast<int64_t>(c.n_ctx_train))
+              usage_fail(
+                  "-d/--n-depth {} + the longest test ({} tokens) exceed the model's trained context ({})",
+                  max_depth, max_n, c.n_ctx_train);
+            so.n_ctx =
+                static_cast<int>(c.n_ctx_train > 0 ? std::min<int64_t>(need + 1, c.n_ctx_train) : need + 1);
+            so.prefill_chunk = o.ubatch[ui];
+            so.kv_type = kv;
+            Session s(*model, so);
+            // The context before a test: d positions of depth_toks, prefilled (untimed).
+            auto fill = [&](Session& ss, int d) {
+              ss.reset();
+              if (d > 0) ss.prefill(std::span<const int32_t>(depth_toks.data(), static_cast<size_t>(d)));
+            };
+            for (int d : o.n_depth)
+              for (const auto& t : tests) {
+                std::vector<int32_t> toks(static_cast<size_t>(t.n));
+                for (auto& x : toks) x = tok(rng);
+                const std::string label = d > 0 ? fmt::format("{} @ d{}", t.name, d) : t.name;
+                auto once = [&] {
+                  fill(s, d);
+                  auto t0 = std::chrono::steady_clock::now();
+                  if (t.prompt)
+                    s.prefill(toks);
+                  else if (o.full_logits)
+                    for (int32_t x : toks) s.decode(x);
+                  else  // each step as greedy decoding runs it: only the argmax crosses to the host
+                    for (int32_t x : toks) s.decode_top_k(x, 1);
+                  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                };
+                fmt::print(stderr, "{} | {} | {} threads{} | {}: warm-up", model->path(), p, nt,
+                           show_kv ? fmt::format(" | cache {}", kv_type_name(kv)) : "", label);
                 std::fflush(stderr);
+                once();
+                std::vector<double> tps;
+                for (int r = 0; r < o.reps; ++r) {
+                  tps.push_back(t.n / once());
+                  fmt::print(stderr, " {:.2f}", tps.back());
+                  std::fflush(stderr);
+                }
+                fmt::print(stderr, " t/s\n");
+                Row row{model->path(),         s.backend_name(),  t.name,
+                        model->weight_bytes(), model->n_params(), nt};
+                if (t.prompt) row.ubatch = s.prefill_chunk();
+                row.kv = kv;
+                row.depth = d;
+                for (double v : tps) row.mean += v / tps.size();
+                for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
+                row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
+                if (!t.prompt) {
+                  row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
+                  row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
+                }
+                rows.push_back(row);
+                if (o.profile && !t.prompt) {
+                  // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
+                  SessionOptions po = so;
+                  po.profile = true;
+                  Session ps(*model, po);
+                  fill(ps, d);
+                  ps.clear_profile();  // the steps only, not the context's prefill
+                  for (int32_t x : toks)
+                    if (o.full_logits)
+                      ps.decode(x);
+                    else
+                      ps.decode_top_k(x, 1);
+                  breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, label),
+                                        t.n, ps.profile()});
+                }
               }
-              fmt::print(stderr, " t/s\n");
-              Row row{model->path(), s.backend_name(), t.name, model->weight_bytes(), model->n_params(), nt};
-              if (t.prompt) row.ubatch = s.prefill_chunk();
-              row.depth = d;
-              for (double v : tps) row.mean += v / tps.size();
-              for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
-              row.std = tps.size() > 1 ? std::sqrt(row.std / (tps.size() - 1)) : 0;
-              if (!t.prompt) {
-                row.weight_gbs = row.mean * static_cast<double>(bpt) / 1e9;
-                row.bw_frac = bw > 0 ? row.weight_gbs * 1e9 / bw : 0;
-              }
-              rows.push_back(row);
-              if (o.profile && !t.prompt) {
-                // A separate, profiled run: per-op syncs and timers must not disturb the t/s above.
-                SessionOptions po = so;
-                po.profile = true;
-                Session ps(*model, po);
-                fill(ps, d);
-                ps.clear_profile();  // the steps only, not the context's prefill
-                for (int32_t x : toks)
-                  if (o.full_logits)
-                    ps.decode(x);
-                  else
-                    ps.decode_top_k(x, 1);
-                breakdowns.push_back({fmt::format("{} | {} | {} threads | {}", model->path(), p, nt, label),
-                                      t.n, ps.profile()});
-              }
-            }
-        }
+          }
   }
 
   if (o.output == "json") {
@@ -223,6 +239,8 @@ void run(const BenchCli& o) {
                               {"backend", r.path},
                               {"threads", r.threads},
                               {"n_ubatch", r.ubatch},
+                              {"type_k", kv_type_name(r.kv)},
+                              {"type_v", kv_type_name(r.kv)},
                               {"test", r.test},
                               {"n_depth", r.depth},
                               {"t/s", r.mean},
@@ -233,22 +251,26 @@ void run(const BenchCli& o) {
     return;
   }
   if (o.output == "csv") {
+    // type_k / type_v last: the columns before them keep the places they had before -ctk existed
     fmt::print(
         "model,size,params,backend,threads,n_ubatch,test,n_depth,ts_mean,ts_std,weight_gbs,bandwidth_"
-        "fraction\n");
+        "fraction,type_k,type_v\n");
     for (const auto& r : rows)
-      fmt::print("{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.size, r.params, r.path,
-                 r.threads, r.ubatch, r.test, r.depth, r.mean, r.std, r.weight_gbs, r.bw_frac);
+      fmt::print("{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", r.model, r.size, r.params,
+                 r.path, r.threads, r.ubatch, r.test, r.depth, r.mean, r.std, r.weight_gbs, r.bw_frac,
+                 kv_type_name(r.kv), kv_type_name(r.kv));
     return;
   }
   if (bw > 0) fmt::print("read bandwidth (measured in this run): {:.2f} GB/s\n\n", bw / 1e9);
-  fmt::print("| model | size | params | backend | threads |{} test | t/s | weight GB/s | of read BW |\n",
-             show_ub ? " n_ubatch |" : "");
-  fmt::print("| --- | ---: | ---: | --- | ---: |{} ---: | ---: | ---: | ---: |\n", show_ub ? " ---: |" : "");
+  fmt::print("| model | size | params | backend | threads |{}{} test | t/s | weight GB/s | of read BW |\n",
+             show_ub ? " n_ubatch |" : "", show_kv ? " type_k | type_v |" : "");
+  fmt::print("| --- | ---: | ---: | --- | ---: |{}{} ---: | ---: | ---: | ---: |\n", show_ub ? " ---: |" : "",
+             show_kv ? " --- | --- |" : "");
   for (const auto& r : rows) {
     std::string gbs = r.weight_gbs > 0 ? fmt::format("{:.2f}", r.weight_gbs) : "";
     std::string frac = r.bw_frac > 0 ? fmt::format("{:.2f}", r.bw_frac) : "";
     std::string ub = !show_ub ? "" : r.ubatch > 0 ? fmt::format(" {} |", r.ubatch) : " |";
+    if (show_kv) ub += fmt::format(" {} | {} |", kv_type_name(r.kv), kv_type_name(r.kv));
     const std::string test =
         r.depth > 0 ? fmt::format("{} @ d{}", r.test, r.depth) : r.test;  // llama-bench's
     fmt::print("| {} | {} | {} | {} | {} |{} {} | {:.2f} ± {:.2f} | {} | {} |\n", r.model, human_size(r.size),
@@ -301,6 +323,13 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--cache-type-k", o->cache_k, "KV cache types, also -ctk; comma-separated: f32, f16")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option(
+         "--cache-type-v", o->cache_v,
+         "KV cache types for V, also -ctv; comma-separated, pairwise equal to -ctk (default: -ctk's)")
+      ->delimiter(',');
   cmd->add_option("-o,--output", o->output, "Output format: md, json, csv")->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the read-bandwidth measurement");
   cmd->add_flag(

@@ -13,14 +13,17 @@ namespace {
 struct GateCli {
   GateOptions o;
   std::string criteria = "auto";
+  std::string cache_type_k = "f32", cache_type_v = "f32";
   bool json = false;
 };
 
 void run(GateCli& g) {
   GateOptions& o = g.o;
   check_backend_name(o.path);
+  o.kv_type = parse_kv_types(g.cache_type_k, g.cache_type_v);
+  // An f16 cache rounds every K/V element: a fast path's criteria even on the reference's arithmetic.
   if (g.criteria == "auto")
-    o.criteria = o.path == "ref" ? GateCriteria::Strict : GateCriteria::Fast;
+    o.criteria = o.path == "ref" && o.kv_type == KvType::F32 ? GateCriteria::Strict : GateCriteria::Fast;
   else if (g.criteria == "strict")
     o.criteria = GateCriteria::Strict;
   else if (g.criteria == "fast")
@@ -37,6 +40,7 @@ void run(GateCli& g) {
     j["path"] = o.path;
     j["criteria"] = o.criteria == GateCriteria::Strict ? "strict" : "fast";
     j["prefill"] = o.prefill;
+    j["cache_type"] = kv_type_name(o.kv_type);
     j["pass"] = all;
     for (const auto& r : results)
       j["cases"].push_back({{"name", r.name},
@@ -58,8 +62,9 @@ void run(GateCli& g) {
                             {"why", r.why}});
     fmt::print("{}\n", j.dump(1));
   } else {
-    fmt::print("gate: {} | path {} | criteria {}{}\n\n", o.manifest, o.path,
-               o.criteria == GateCriteria::Strict ? "strict" : "fast", o.prefill ? " | prefill" : "");
+    fmt::print("gate: {} | path {} | criteria {}{}{}\n\n", o.manifest, o.path,
+               o.criteria == GateCriteria::Strict ? "strict" : "fast", o.prefill ? " | prefill" : "",
+               o.kv_type == KvType::F32 ? "" : fmt::format(" | cache {}", kv_type_name(o.kv_type)));
     fmt::print("{:<26} {:>5} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7} {:>6}  {}\n", "case", "pos", "argmax",
                "m<0.05", "max|d|", "tol", "min cos", "cont", "sec", "result");
     for (const auto& r : results) {
@@ -92,7 +97,9 @@ void add_gate(CLI::App& app) {
          "--path,--backend", g->o.path,
          "Compute path: ref (scalar reference), fast/cpu (CPU kernels, faithful), fast-int8, cuda, auto")
       ->capture_default_str();
-  cmd->add_option("--criteria", g->criteria, "auto (strict for ref, fast otherwise), strict or fast")
+  add_cache_type_options(cmd, g->cache_type_k, g->cache_type_v);
+  cmd->add_option("--criteria", g->criteria,
+                  "auto (strict for ref with an f32 cache, fast otherwise), strict or fast")
       ->capture_default_str();
   cmd->add_option("-t,--threads", g->o.n_threads, "Threads (0 = physical cores)")->check(CLI::Range(0, 1024));
   cmd->add_flag("--prefill", g->o.prefill, "Feed the prompt through Session::prefill");

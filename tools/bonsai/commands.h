@@ -2,6 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "bonsai/kv_type.h"
 
 namespace bonsai::cli {
 
@@ -12,5 +15,11 @@ void add_bench(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_run(CLI::App& app);
 void add_chat(CLI::App& app);
+
+// --cache-type-k / --cache-type-v (also -ctk / -ctv, renamed in main.cpp), llama.cpp's KV cache flags.
+void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v);
+// The one type both name (UsageError for an unknown name, or for a mixed pair: the kernels take one
+// element type for K and V).
+KvType parse_kv_types(const std::string& k, const std::string& v);
 
 }  // namespace bonsai::cli

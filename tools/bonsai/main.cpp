@@ -29,15 +29,20 @@ int main(int argc, char** argv) {
   bonsai::cli::add_run(app);
   bonsai::cli::add_chat(app);
   try {
-    // llama.cpp spells --system-prompt "-sys" and --ubatch-size "-ub"; CLI11 has
-    // no multi-letter single-dash options, so they are renamed here.
-    std::string sys_long = "--system-prompt", ub_long = "--ubatch-size";
+    // llama.cpp spells --system-prompt "-sys", --ubatch-size "-ub" and the KV cache types
+    // "-ctk" / "-ctv"; CLI11 has no multi-letter single-dash options, so they are renamed here.
+    std::string sys_long = "--system-prompt", ub_long = "--ubatch-size", ctk_long = "--cache-type-k",
+                ctv_long = "--cache-type-v";
     std::vector<char*> args(argv, argv + argc);
     for (auto& a : args)
       if (std::string_view(a) == "-sys")
         a = sys_long.data();
       else if (std::string_view(a) == "-ub")
         a = ub_long.data();
+      else if (std::string_view(a) == "-ctk")
+        a = ctk_long.data();
+      else if (std::string_view(a) == "-ctv")
+        a = ctv_long.data();
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / the parse error
