@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -260,6 +261,144 @@ TEST(CudaAttentionDecode, RecordedStepRecordsAgainWhenThePlanChanges) {
   }
   ASSERT_GE(crossings, 1) << "one plan for every context (BONSAI_CUDA_ATTN_DEC_MAX=32?)";
   std::printf("%d plan crossings checked\n", crossings);
+}
+
+// An f16 cache's rows on the device: the halves of x, two per float slot (the count is even here).
+float* upload_halves(CudaBackend& be, const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_fp16(x[i]);
+  std::vector<float> bits(x.size() / 2);
+  std::memcpy(bits.data(), h.data(), bits.size() * sizeof(float));
+  float* p = be.alloc(bits.size());
+  be.from_host(p, bits.data(), bits.size());
+  return p;
+}
+
+// got [n_head][D] (one token at pos0) against the double reference on the tensor cores' operands
+// (q as the kernel rounds it, k and v the cache's halves: qr, kr, vr), within reference_row's bound;
+// returns the largest error / bound.
+double check_fp16_operand_rows(const std::vector<float>& got, const std::vector<float>& qr,
+                               const std::vector<float>& kr, const std::vector<float>& vr, int pos0,
+                               const AttentionShape& s, const std::string& what) {
+  double worst = 0;
+  int bad = 0;
+  for (int h = 0; h < s.n_head; ++h) {
+    const RefRow r = reference_row(qr, kr, vr, 0, h, pos0, s);
+    for (int e = 0; e < s.head_dim; ++e) {
+      const float y = got[static_cast<size_t>(h) * s.head_dim + e];
+      const double err = std::fabs(y - r.o[e]);
+      worst = std::max(worst, err / r.tol[e]);
+      if (!(err <= r.tol[e]) && bad++ < 5)
+        ADD_FAILURE() << what << ": head " << h << " dim " << e << ": " << y << " vs " << r.o[e] << " (bound "
+                      << r.tol[e] << ")";
+    }
+  }
+  return worst;
+}
+
+// The tensor cores' decode kernel over an f16 cache (kernels/cuda/attention_dec_mma.cu) called
+// directly at split counts and sizes the plan never picks (one split, empty splits and empty warps,
+// positions ending mid-tile and mid-warp, 8 query heads per KV head, head_dim 128, the large-score
+// rows), merged by attention_merge, against the double reference on its own fp16 operands with
+// CudaAttentionMma's bound (reference_row: the same numerics).
+TEST(CudaAttentionDecodeMma, MatchesFp16OperandReference) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  struct Case {
+    int n_head, n_head_kv, head_dim, pos0, splits;
+    float q_std;
+  };
+  for (const Case& cs :
+       {Case{24, 4, 256, 0, 1, 2.0f}, Case{24, 4, 256, 15, 3, 2.0f}, Case{24, 4, 256, 64, 1, 2.0f},
+        Case{24, 4, 256, 1000, 33, 2.0f}, Case{24, 4, 256, 5000, 99, 2.0f}, Case{24, 4, 256, 3000, 7, 40.0f},
+        Case{16, 2, 128, 777, 5, 2.0f}, Case{4, 1, 256, 200, 2, 2.0f}, Case{12, 2, 128, 4500, 33, 2.0f}}) {
+    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
+    ASSERT_TRUE(cuda::attention_decode_mma_shape(cs.n_head, cs.n_head_kv, cs.head_dim));
+    if (cuda::attention_decode_mma_wave(cs.n_head, cs.n_head_kv, cs.head_dim) == 0)
+      GTEST_SKIP() << "the decode kernel does not fit this device";
+    const int n_ctx = cs.pos0 + 1;
+    const size_t kv = static_cast<size_t>(n_ctx) * cs.n_head_kv * cs.head_dim, nq = cs.n_head * cs.head_dim;
+    auto q = randn(nq, 391, cs.q_std), kc = randn(kv, 392), vc = randn(kv, 393);
+    float *dq = be.alloc(nq), *out = be.alloc(nq), *dk = upload_halves(be, kc), *dv = upload_halves(be, vc);
+    float* part = be.alloc(static_cast<size_t>(cs.n_head) * cs.splits * (cs.head_dim + 2));
+    be.from_host(dq, q.data(), nq);
+    be.sync();
+    cuda::attention_decode_mma(dq, dk, dv, part, cs.pos0, nullptr, cs.splits, cs.n_head, cs.n_head_kv,
+                               cs.head_dim, s.scale, nullptr);
+    cuda::attention_merge(part, out, 1, cs.n_head, cs.splits, cs.head_dim, nullptr, 0, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(nq);
+    be.to_host(got.data(), out, nq);
+    for (auto* v : {&q, &kc, &vc})
+      for (float& x : *v) x = round_half(x);
+    const std::string what = "heads " + std::to_string(cs.n_head) + "/" + std::to_string(cs.n_head_kv) +
+                             " x " + std::to_string(cs.head_dim) + " at " + std::to_string(cs.pos0) + ", " +
+                             std::to_string(cs.splits) + " splits, q x" + std::to_string(cs.q_std);
+    const double worst = check_fp16_operand_rows(got, q, kc, vc, cs.pos0, s, what);
+    std::printf("%s: largest error %.3g of the bound\n", what.c_str(), worst);
+    for (float* p : {dq, dk, dv, out, part}) be.release(p);
+  }
+}
+
+// Through the backend with an f16 cache, eagerly and as recorded steps across the crossing into the
+// decode kernel on the tensor cores (attention_decode_mma_on: 1024 positions by default, where the
+// plan changes kernel and split count): the step at the crossing runs eagerly and a later one records
+// again; before it the split kernels match the f32 reference over the rounded rows (2e-5), after it
+// the kernel matches the fp16-operand reference within its bound.
+TEST(CudaAttentionDecodeMma, RecordedStepsCrossIntoTheTensorCores) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  AttentionShape s{24, 4, 256, 1.0f / 16.0f};
+  s.kv = KvType::F16;
+  const int wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim, KvType::F16);
+  const int mma_wave = cuda::attention_decode_mma_wave(s.n_head, s.n_head_kv, s.head_dim);
+  if (mma_wave == 0) GTEST_SKIP() << "the decode kernel does not fit this device";
+  int cross = 2;
+  while (cross < (1 << 20) && !cuda::attention_decode_mma_on(cross, mma_wave)) ++cross;
+  if (cross >= (1 << 20)) GTEST_SKIP() << "BONSAI_CUDA_ATTN_DEC_MMA=0";
+  ASSERT_NE(cuda::attention_decode_plan(cross, wave, mma_wave),
+            cuda::attention_decode_plan(cross - 1, wave, mma_wave));
+  CudaBackend be(0);
+  const int first = cross - 5, steps = 9, n_ctx = first + steps + 1;
+  const size_t kv = static_cast<size_t>(n_ctx) * s.n_head_kv * s.head_dim, nq = s.n_head * s.head_dim;
+  auto q = randn(nq, 394, 2.0f), kc = randn(kv, 395), vc = randn(kv, 396);
+  float *dq = be.alloc(nq), *out = be.alloc(nq), *dk = upload_halves(be, kc), *dv = upload_halves(be, vc);
+  be.from_host(dq, q.data(), nq);
+  for (auto* v : {&kc, &vc})
+    for (float& x : *v) x = round_half(x);
+  auto qr = q;
+  for (float& x : qr) x = round_half(x);
+  const AttentionShape s32{s.n_head, s.n_head_kv, s.head_dim, s.scale};
+  const int32_t tok = 0;
+  std::vector<int> replayed;
+  for (int pos = first; pos < first + steps; ++pos) {
+    const bool replay = be.replay_step(&tok, 1, pos);
+    if (replay) replayed.push_back(pos);
+    if (!replay) {
+      const bool capturing = be.begin_capture(&tok, 1, pos);
+      be.attention(dq, dk, dv, out, 1, pos, s);
+      if (capturing) be.end_capture();
+    }
+    std::vector<float> got(nq);
+    be.to_host(got.data(), out, nq);
+    const std::string what =
+        "position " + std::to_string(pos) + " (crossing at " + std::to_string(cross) + ")";
+    if (pos + 1 >= cross) {
+      check_fp16_operand_rows(got, qr, kc, vc, pos, s32, what);
+    } else {
+      std::vector<float> want(nq);
+      ref::attention(q.data(), kc.data(), vc.data(), want.data(), 1, pos, s32);
+      for (size_t i = 0; i < nq; ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-5 * std::max(1.0f, std::fabs(want[i]))) << what << " at " << i;
+    }
+  }
+  // first: eager; + 1: eager; + 2: recorded; + 3: replayed; + 4 (`cross` positions): declined, eager (the
+  // partials' buffer may grow); then recorded and replayed again by the end.
+  EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 3) != replayed.end());
+  EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 4) == replayed.end());
+  EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 8) != replayed.end());
+  for (float* p : {dq, dk, dv, out}) be.release(p);
 }
 
 }  // namespace

@@ -47,6 +47,16 @@ bool attention_decode_batch(int n_kv) {
   return batch == 4 && n_kv >= min_kv;
 }
 
+// The tensor cores' decode kernel over an f16 cache (attention_dec_mma.cu; docs/performance.md, session 17).
+bool knob::attn_dec_mma() { return env_flag("BONSAI_CUDA_ATTN_DEC_MMA", true); }
+int knob::attn_dec_mma_min() { return env_int("BONSAI_CUDA_ATTN_DEC_MMA_MIN", 1024, 1, 1 << 30); }
+
+bool attention_decode_mma_on(int n_kv, int mma_wave) {
+  static const bool on = knob::attn_dec_mma();
+  static const int min_kv = knob::attn_dec_mma_min();
+  return on && mma_wave > 0 && n_kv >= min_kv;
+}
+
 // 0 when unset: the plan of attention_mma_splits.
 int knob::attn_splits() { return env_int("BONSAI_CUDA_ATTN_SPLITS", 0, 1, 32); }
 

@@ -314,9 +314,10 @@ struct CudaBackend::Impl : BackendKnobs {
   // progress used / exec was recorded with (0: the step has no attention); a replay whose context
   // wants another plan records again.
   int rec_attn_plan = 0, exec_attn_plan = 0;
-  // cuda::attention_split_wave of the last decode attention's shape (key: heads, KV heads,
-  // head_dim, cache type), which replay_step's split count uses too; -1 until an attention has run.
-  int attn_wave = -1;
+  // cuda::attention_split_wave and cuda::attention_decode_mma_wave (0 for an f32 cache) of the last
+  // decode attention's shape (key: heads, KV heads, head_dim, cache type), which replay_step's plan
+  // uses too; -1 until an attention has run.
+  int attn_wave = -1, attn_mma_wave = 0;
   int64_t attn_wave_key = -1;
 
   ~Impl() {

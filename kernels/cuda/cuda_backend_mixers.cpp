@@ -79,11 +79,24 @@ void CudaBackend::Impl::attention(const float* q, const void* k_cache, const voi
                       (static_cast<int64_t>(s.n_head_kv) << 20) | s.head_dim;
   if (attn_wave_key != key) {
     attn_wave = cuda::attention_split_wave(s.n_head, s.n_head_kv, s.head_dim, s.kv);
+    attn_mma_wave =
+        s.kv == KvType::F16 ? cuda::attention_decode_mma_wave(s.n_head, s.n_head_kv, s.head_dim) : 0;
     attn_wave_key = key;
   }
-  int splits = cuda::attention_decode_splits(pos0 + 1, attn_wave);
+  // An f16 cache at long contexts: the tensor cores' decode kernel, one wave of its blocks.
+  const bool mma = t == 1 && cuda::attention_decode_mma_on(pos0 + 1, attn_mma_wave);
+  int splits = cuda::attention_decode_splits(pos0 + 1, mma ? attn_mma_wave : attn_wave);
   const bool batch = t == 1 && cuda::attention_decode_batch(pos0 + 1);
-  if (capturing) rec_attn_plan = cuda::attention_decode_plan(pos0 + 1, attn_wave);
+  if (capturing) rec_attn_plan = cuda::attention_decode_plan(pos0 + 1, attn_wave, attn_mma_wave);
+  // the split half: the decode kernel on the tensor cores or the split kernels
+  auto split_half = [&] {
+    if (mma)
+      cuda::attention_decode_mma(q, k_cache, v_cache, part.as<float>(), pos0, pos_dev(), splits, s.n_head,
+                                 s.n_head_kv, s.head_dim, s.scale, stream);
+    else
+      cuda::attention_splits(q, k_cache, v_cache, s.kv, part.as<float>(), t, pos0, pos_dev(), splits, batch,
+                             s.n_head, s.n_head_kv, s.head_dim, s.scale, stream);
+  };
   if (t > 1) {
     const int blocks = t * s.n_head_kv;
     splits = std::clamp((2 * prop.multiProcessorCount + blocks - 1) / blocks, 1, kDecodeSplits);
@@ -93,9 +106,8 @@ void CudaBackend::Impl::attention(const float* q, const void* k_cache, const voi
        "attention partials");
   if (attn_fwht && splits == cuda::kAttentionDecodeMinSplits && (s.head_dim == 128 || s.head_dim == 256)) {
     // the merge held back: the next op may be the FWHT site of out (CudaBackend::hadamard)
-    cuda::attention_splits(q, k_cache, v_cache, s.kv, part.as<float>(), t, pos0, pos_dev(), splits, batch,
-                           s.n_head, s.n_head_kv, s.head_dim, s.scale, stream);
-    check_launch("attention");
+    split_half();
+    check_launch(mma ? "attention (decode on the tensor cores)" : "attention");
     pend.merge = true;
     pend.merge_part = part.as<float>();
     pend.merge_out = out;
@@ -108,9 +120,10 @@ void CudaBackend::Impl::attention(const float* q, const void* k_cache, const voi
     wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
     return;
   }
-  cuda::attention(q, k_cache, v_cache, s.kv, out, part.as<float>(), t, pos0, pos_dev(), splits, batch,
-                  s.n_head, s.n_head_kv, s.head_dim, s.scale, gate, gate_stride, stream);
-  check_launch("attention");
+  split_half();
+  check_launch(mma ? "attention (decode on the tensor cores)" : "attention");
+  cuda::attention_merge(part.as<float>(), out, t, s.n_head, splits, s.head_dim, gate, gate_stride, stream);
+  check_launch("attention merge");
   wrote(out, static_cast<size_t>(t) * s.n_head * s.head_dim * sizeof(float));
 }
 

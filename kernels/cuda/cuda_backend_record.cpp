@@ -12,7 +12,8 @@ bool CudaBackend::replay_step(const int32_t* tokens, int t, int pos0) {
   impl_->flush();
   Impl& m = *impl_;
   if (!m.exec || t != 1) return false;
-  if (m.exec_attn_plan != 0 && cuda::attention_decode_plan(pos0 + 1, m.attn_wave) != m.exec_attn_plan) {
+  if (m.exec_attn_plan != 0 &&
+      cuda::attention_decode_plan(pos0 + 1, m.attn_wave, m.attn_mma_wave) != m.exec_attn_plan) {
     // The context has grown into another attention split count or kernel: this step runs eagerly (the
     // partials' buffer may have to grow, which a recording cannot do), the next one records.
     m.drop_recording();

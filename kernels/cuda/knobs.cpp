@@ -134,6 +134,8 @@ void check_knobs() {
   (void)knob::attn_dec_wave();
   (void)knob::attn_score();
   (void)knob::attn_score_min();
+  (void)knob::attn_dec_mma();
+  (void)knob::attn_dec_mma_min();
   (void)knob::attn_splits();
   (void)knob::gemm_kernel();
   (void)knob::gemm_wg_min_blocks();

@@ -36,14 +36,16 @@ int mv_bps();      // BONSAI_CUDA_MV_BPS=1..kMvBlocksPerSm, default kMvBlocksPer
 int mv_reserve();  // BONSAI_CUDA_MV_RESERVE=0..64, default 0
 
 // attention_select.cpp (launch.h: attention_mode, attention_mma_forced_splits)
-int attn();            // BONSAI_CUDA_ATTN=0..4, default 3
-int attn_ring();       // BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3 (attention_select.cpp)
-int attn_splits();     // BONSAI_CUDA_ATTN_SPLITS=1..32; 0 when unset
-int attn_dec_per();    // BONSAI_CUDA_ATTN_DEC_PER=1..2^20, default 64 (attention_decode_splits)
-int attn_dec_max();    // BONSAI_CUDA_ATTN_DEC_MAX=32|64|128|256, default 256 (32: one split count)
-int attn_score();      // BONSAI_CUDA_ATTN_SCORE=1|4, default 4 (attention_score_batch)
-int attn_score_min();  // BONSAI_CUDA_ATTN_SCORE_MIN=1..2^30, default 16384 (attention_decode_batch)
-bool attn_dec_wave();  // BONSAI_CUDA_ATTN_DEC_RULE=wave|double, default wave (attention_decode_splits)
+int attn();              // BONSAI_CUDA_ATTN=0..4, default 3
+int attn_ring();         // BONSAI_CUDA_ATTN_RING=0|3|4|6, default 3 (attention_select.cpp)
+int attn_splits();       // BONSAI_CUDA_ATTN_SPLITS=1..32; 0 when unset
+int attn_dec_per();      // BONSAI_CUDA_ATTN_DEC_PER=1..2^20, default 64 (attention_decode_splits)
+int attn_dec_max();      // BONSAI_CUDA_ATTN_DEC_MAX=32|64|128|256, default 256 (32: one split count)
+int attn_score();        // BONSAI_CUDA_ATTN_SCORE=1|4, default 4 (attention_score_batch)
+int attn_score_min();    // BONSAI_CUDA_ATTN_SCORE_MIN=1..2^30, default 16384 (attention_decode_batch)
+bool attn_dec_mma();     // BONSAI_CUDA_ATTN_DEC_MMA=0|1, default 1 (attention_decode_mma_on)
+int attn_dec_mma_min();  // BONSAI_CUDA_ATTN_DEC_MMA_MIN=1..2^30, default 1024 (attention_decode_mma_on)
+bool attn_dec_wave();    // BONSAI_CUDA_ATTN_DEC_RULE=wave|double, default wave (attention_decode_splits)
 
 // gemm_select.cpp (gemm.h: the functions of the same names without the knob:: prefix)
 std::optional<GemmKernel> gemm_kernel();  // BONSAI_CUDA_GEMM=mma|wgmma|wgmma_cp|f16|auto; nullopt unset

@@ -277,10 +277,28 @@ int attention_decode_splits(int n_kv, int wave);
 // BONSAI_CUDA_ATTN_SCORE_MIN (default 16384; below it the ring kernel's shorter launch wins:
 // docs/performance.md, session 16).
 bool attention_decode_batch(int n_kv);
+// A decode step over an f16 cache on the tensor cores (kernels/cuda/attention_dec_mma.cu): the
+// split half of attention() for t = 1 (the same partials, merged by attention_merge or
+// attention_merge_fwht), the group's query heads as the rows of mma.sync m16n8k16 with fp16 q, k,
+// v and softmax weights, fp32 scores and sums. attention_decode_mma_shape: head_dim 128 or 256,
+// at most 8 query heads per KV head. attention_decode_mma_wave: the kernel's occupancy x the SMs
+// / n_head_kv (0 when the shape does not fit or the query fails: then the split kernels run).
+bool attention_decode_mma_shape(int n_head, int n_head_kv, int head_dim);
+int attention_decode_mma_wave(int n_head, int n_head_kv, int head_dim);
+void attention_decode_mma(const float* q, const void* k_cache, const void* v_cache, float* part, int pos0,
+                          const int* pos_dev, int splits, int n_head, int n_head_kv, int head_dim,
+                          float scale, cudaStream_t s);
+// Whether a decode step over n_kv positions takes attention_decode_mma: an f16 cache whose shape
+// gives the kernel a wave (mma_wave > 0), BONSAI_CUDA_ATTN_DEC_MMA=1 (the default; 0 = the split
+// kernels) and n_kv >= BONSAI_CUDA_ATTN_DEC_MMA_MIN (default 1024).
+bool attention_decode_mma_on(int n_kv, int mma_wave);
 // What a recorded decode step's attention was recorded with: the split count and the kernel
-// (replay_step records again when the context wants another).
-inline int attention_decode_plan(int n_kv, int wave) {
-  return attention_decode_splits(n_kv, wave) * 2 + (attention_decode_batch(n_kv) ? 1 : 0);
+// (0 the ring kernel, 1 the batch kernel, 2 the tensor cores' decode kernel; replay_step records
+// again when the context wants another). wave / mma_wave: attention_split_wave /
+// attention_decode_mma_wave of the step's shape and cache type (mma_wave 0 for an f32 cache).
+inline int attention_decode_plan(int n_kv, int wave, int mma_wave = 0) {
+  if (attention_decode_mma_on(n_kv, mma_wave)) return attention_decode_splits(n_kv, mma_wave) * 4 + 2;
+  return attention_decode_splits(n_kv, wave) * 4 + (attention_decode_batch(n_kv) ? 1 : 0);
 }
 // Blocks of the decode split kernel resident at once on the current device (its occupancy x the SMs),
 // divided among n_head_kv KV heads; 0 when the query fails. The kernel: the batch one where
