@@ -59,14 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const __half* vh = v_cache + static_cast<int64_t>(hk) * D;
 
   auto load_tile = [&](int tile, int stage) {
-    const uint32_t ks = smem_addr(kv_s + stage * 2 * kTileBytes), vs = ks + kTileBytes;
-    for (int c = threadIdx.x; c < kTile * kChunks; c += kWarps * 32) {
-      const int r = c / kChunks, cc = c % kChunks, p = p0 + tile * kTile + r;
-      const bool ok = p < p1;
-      const int64_t off = static_cast<int64_t>(ok ? p : p0) * stride + cc * 8;
-      cp_async16(ks + swz<D>(r, cc), kh + off, ok);
-      cp_async16(vs + swz<D>(r, cc), vh + off, ok);
-    }
+    const uint32_t ks = smem_addr(kv_s + stage * 2 * kTileBytes);
+    stage_kv_tile<D, kTile>(ks, ks + kTileBytes, kh, vh, stride, p0 + tile * kTile, p1, kWarps * 32);
   };
   if (n_tiles > 0) {
     load_tile(0, 0);
@@ -75,19 +69,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // Q rows as fp16: row r < g is query head hk·g + r of the token, rows g .. 15 zero.
   for (int c = threadIdx.x; c < 16 * kChunks; c += kWarps * 32) {
     const int r = c / kChunks, cc = c % kChunks;
-    float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
-    if (r < g) {
-      const float4* src =
-          reinterpret_cast<const float4*>(q + (static_cast<int64_t>(hk) * g + r) * D + cc * 8);
-      x0 = src[0];
-      x1 = src[1];
-    }
-    uint4 h;
-    h.x = pack_half2(x0.x, x0.y);
-    h.y = pack_half2(x0.z, x0.w);
-    h.z = pack_half2(x1.x, x1.y);
-    h.w = pack_half2(x1.z, x1.w);
-    *reinterpret_cast<uint4*>(q_s + swz<D>(r, cc)) = h;
+    store_q_chunk<D>(q_s, r, cc, r < g ? q + (static_cast<int64_t>(hk) * g + r) * D + cc * 8 : nullptr);
   }
 
   // Fragment row of this thread: gq (query head hk·g + gq when gq < g); its columns 2·tq, 2·tq + 1.
@@ -102,14 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int stage = tile & 1;
-    if (tile + 1 < n_tiles) {
-      load_tile(tile + 1, stage ^ 1);  // that stage was released by the barrier ending tile - 1
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    tile_ready(tile + 1 < n_tiles, [&] { load_tile(tile + 1, stage ^ 1); });
     const uint32_t k_base = smem_addr(kv_s + stage * 2 * kTileBytes), v_base = k_base + kTileBytes;
 
     // S = Q Kᵀ over this warp's 16 positions: two position octets, dims in steps of 16.

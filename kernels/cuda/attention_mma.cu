@@ -91,14 +91,8 @@ __global__ void __launch_bounds__(MINB == 2 ? 192 : 256, MINB) attention_mma_ker
   const __half* vh = a.kv16 + static_cast<int64_t>(a.n_head_kv + hk) * a.n_rows * D;
 
   auto load_tile = [&](int kt, int stage) {
-    const uint32_t ks = smem_addr(kv_s + stage * 2 * kTileBytes), vs = ks + kTileBytes;
-    for (int c = threadIdx.x; c < KT * kChunks; c += nthr) {
-      const int r = c / kChunks, cc = c % kChunks, p = kt * KT + r;
-      const bool ok = p < n_max;
-      const int64_t off = static_cast<int64_t>(ok ? p : 0) * D + cc * 8;
-      cp_async16(ks + swz<D>(r, cc), kh + off, ok);
-      cp_async16(vs + swz<D>(r, cc), vh + off, ok);
-    }
+    const uint32_t ks = smem_addr(kv_s + stage * 2 * kTileBytes);
+    stage_kv_tile<D, KT>(ks, ks + kTileBytes, kh, vh, D, kt * KT, n_max, nthr);
   };
   if (kt0 < kt1) {
     load_tile(kt0, 0);
@@ -107,19 +101,9 @@ __global__ void __launch_bounds__(MINB == 2 ? 192 : 256, MINB) attention_mma_ker
   // Q rows of the tile as fp16 (rows past t zero): row w·16 + r is token i0 + r, head hk·g + w.
   for (int c = threadIdx.x; c < g * kTok * kChunks; c += nthr) {
     const int r = c / kChunks, cc = c % kChunks, w = r / kTok, row = r % kTok;
-    float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
-    if (row < nt) {
-      const float4* src = reinterpret_cast<const float4*>(
-          a.q + (static_cast<int64_t>(i0 + row) * a.n_head + hk * g + w) * D + cc * 8);
-      x0 = src[0];
-      x1 = src[1];
-    }
-    uint4 h;
-    h.x = pack_half2(x0.x, x0.y);
-    h.y = pack_half2(x0.z, x0.w);
-    h.z = pack_half2(x1.x, x1.y);
-    h.w = pack_half2(x1.z, x1.w);
-    *reinterpret_cast<uint4*>(q_s + swz<D>(r, cc)) = h;
+    store_q_chunk<D>(
+        q_s, r, cc,
+        row < nt ? a.q + (static_cast<int64_t>(i0 + row) * a.n_head + hk * g + w) * D + cc * 8 : nullptr);
   }
 
   // Fragment rows of this thread: gq (token i0 + gq) and gq + 8; columns 2·tq, 2·tq + 1.
@@ -134,14 +118,7 @@ __global__ void __launch_bounds__(MINB == 2 ? 192 : 256, MINB) attention_mma_ker
 
   for (int kt = kt0; kt < kt1; ++kt) {
     const int stage = (kt - kt0) & 1;
-    if (kt + 1 < kt1) {
-      load_tile(kt + 1, stage ^ 1);  // that stage was released by the barrier ending kt - 1
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    tile_ready(kt + 1 < kt1, [&] { load_tile(kt + 1, stage ^ 1); });
     const uint32_t k_base = smem_addr(kv_s + stage * 2 * kTileBytes), v_base = k_base + kTileBytes;
 
     // S = Q Kᵀ: ldmatrix x4 of Q gives the A fragment (rows 0-7 / 8-15 × dims +0 / +8); of K

@@ -58,4 +58,52 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// A tile of K and V rows (KT rows of D fp16) into the swizzled shared rows at ks / vs, by the block's
+// nthr threads, one commit group's worth of cp.async: row r is position p_first + r, read at
+// kh / vh + position·stride; rows at or past p_end are zero-filled (their address: p_first's).
+template <int D, int KT>
+__device__ __forceinline__ void stage_kv_tile(uint32_t ks, uint32_t vs, const __half* kh, const __half* vh,
+                                              int64_t stride, int p_first, int p_end, int nthr) {
+  constexpr int kChunks = D / 8;
+  for (int c = threadIdx.x; c < KT * kChunks; c += nthr) {
+    const int r = c / kChunks, cc = c % kChunks, p = p_first + r;
+    const bool ok = p < p_end;
+    const int64_t off = static_cast<int64_t>(ok ? p : p_first) * stride + cc * 8;
+    cp_async16(ks + swz<D>(r, cc), kh + off, ok);
+    cp_async16(vs + swz<D>(r, cc), vh + off, ok);
+  }
+}
+
+// The head of a two-stage tile loop: the next tile's copies into the other stage (released by the
+// barrier that ended the tile before) when there is one, then this tile's copies awaited, and every
+// thread's.
+template <class LoadNext>
+__device__ __forceinline__ void tile_ready(bool has_next, LoadNext&& load_next) {
+  if (has_next) {
+    load_next();
+    cp_commit();
+    cp_wait<1>();
+  } else {
+    cp_wait<0>();
+  }
+  __syncthreads();
+}
+
+// Chunk cc (8 values) of query row r as fp16 into the swizzled shared rows q_s: src's 8 floats
+// (16-byte aligned), or zeros when src is null.
+template <int D>
+__device__ __forceinline__ void store_q_chunk(uint8_t* q_s, int r, int cc, const float* src) {
+  float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
+  if (src) {
+    x0 = reinterpret_cast<const float4*>(src)[0];
+    x1 = reinterpret_cast<const float4*>(src)[1];
+  }
+  uint4 h;
+  h.x = pack_half2(x0.x, x0.y);
+  h.y = pack_half2(x0.z, x0.w);
+  h.z = pack_half2(x1.x, x1.y);
+  h.w = pack_half2(x1.z, x1.w);
+  *reinterpret_cast<uint4*>(q_s + swz<D>(r, cc)) = h;
+}
+
 }  // namespace bonsai::cuda::attn_mma
