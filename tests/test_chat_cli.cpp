@@ -94,10 +94,13 @@ TEST_F(TextCli, F16CacheRunsRunAndChat) {
   ASSERT_EQ(a.rc, 0) << a.err;
   ASSERT_EQ(b.rc, 0) << b.err;
   EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.err.find("(KV cache f32, "), std::string::npos) << a.err;
+  EXPECT_NE(b.err.find("(KV cache f16, "), std::string::npos) << b.err;
   const CliResult c = run_bonsai(
       "chat" + m() + "-n 4 --ignore-eos -s 2 --cache-type-k f16 --cache-type-v f16", "Hi\nAgain\n");
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_EQ(turns(c.err).size(), 2u) << c.err;
+  EXPECT_NE(c.err.find("chat: context 4096 (KV cache f16, "), std::string::npos) << c.err;
 }
 
 TEST_F(TextCli, SameSeedSameOutput) {

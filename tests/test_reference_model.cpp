@@ -252,6 +252,9 @@ TEST(ReferenceModel, F16CacheWalkPrefillSnapshotAndDistanceToF32) {
     Session f32(*model, so);
     so.kv_type = KvType::F16;
     Session walk(*model, so);
+    EXPECT_EQ(walk.kv_type(), KvType::F16);
+    EXPECT_EQ(2 * walk.kv_cache_bytes(), f32.kv_cache_bytes());
+    EXPECT_GT(walk.kv_cache_bytes(), 0u);
     std::vector<float> walk_rows;
     for (int32_t t : prompt) {
       auto l = walk.decode(t);

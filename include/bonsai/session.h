@@ -76,6 +76,8 @@ class Session {
   void reset();
   int position() const;
   int n_ctx() const;
+  KvType kv_type() const;
+  uint64_t kv_cache_bytes() const;  // the attention layers' K and V caches for n_ctx() positions
   const Model& model() const;
   std::string backend_name() const;   // the backend actually running (e.g. cpu-avx512, cuda)
   uint64_t tokens_processed() const;  // counts every token ever fed (test hook: cache reuse)

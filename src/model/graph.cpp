@@ -169,6 +169,12 @@ size_t Graph::kv_floats(int64_t rows) const {
   return static_cast<size_t>((bytes + 3) / 4);  // an odd count of halves rounds up to a whole slot
 }
 
+uint64_t Graph::kv_cache_bytes() const {
+  uint64_t n = 0;
+  for (const float* p : state_.k_cache) n += p ? 2 * kv_floats(state_.n_ctx) * sizeof(float) : 0;
+  return n;
+}
+
 void Graph::reset_state() {
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     if (c_.recurrent[il]) {

@@ -44,6 +44,8 @@ class Graph {
   void logits_to_host(float* host);  // [n_vocab]: the head's first row of the last forward
   void reset_state();
   GraphState& state() { return state_; }
+  const GraphState& state() const { return state_; }
+  uint64_t kv_cache_bytes() const;  // every attention layer's K and V buffers
   // Copies of the state for snapshot/restore (host memory).
   std::vector<float> save_state(int n_pos) const;
   void load_state(const std::vector<float>& s, int n_pos);

@@ -146,6 +146,8 @@ void Session::reset() {
 
 int Session::position() const { return impl_->pos; }
 int Session::n_ctx() const { return impl_->n_ctx; }
+KvType Session::kv_type() const { return impl_->graph->state().kv; }
+uint64_t Session::kv_cache_bytes() const { return impl_->graph->kv_cache_bytes(); }
 const Model& Session::model() const { return impl_->model; }
 std::string Session::backend_name() const { return std::string(impl_->backend->name()); }
 uint64_t Session::tokens_processed() const { return impl_->processed; }

@@ -66,8 +66,9 @@ class ChatRepl {
         color_(::isatty(STDOUT_FILENO)) {}
 
   void run() {
-    fmt::print(stderr, "chat: context {}, seed {}, reasoning {}{}\n{}\n", session_.n_ctx(), sampler_.seed(),
-               o_.reasoning, o_.reasoning_hide ? " (hidden)" : "", kHelp);
+    fmt::print(stderr, "chat: context {} ({}), seed {}, reasoning {}{}\n{}\n", session_.n_ctx(),
+               kv_cache_summary(session_), sampler_.seed(), o_.reasoning,
+               o_.reasoning_hide ? " (hidden)" : "", kHelp);
     LineReader reader(interactive_);
     while (auto line = reader.read()) {
       if (line->empty()) continue;

@@ -46,7 +46,8 @@ void run_run(RunOptions& o, bool have_prompt) {
   Sampler sampler(o.t.sampling, s.n_ctx());
   if (static_cast<int64_t>(ids.size()) >= s.n_ctx())
     usage_fail("the prompt is {} tokens but the context (-c) holds {}; raise -c", ids.size(), s.n_ctx());
-  fmt::print(stderr, "prompt {} tokens, context {}, seed {}\n", ids.size(), s.n_ctx(), sampler.seed());
+  fmt::print(stderr, "prompt {} tokens, context {} ({}), seed {}\n", ids.size(), s.n_ctx(),
+             kv_cache_summary(s), sampler.seed());
 
   TokenStreamer out(tok, *tm.chat, !o.raw && o.t.thinking(), o.t.reasoning_hide, ::isatty(STDOUT_FILENO));
   SigintGuard sigint;  // Ctrl-C ends the answer (and still prints the timing)

@@ -123,6 +123,12 @@ SessionOptions session_options(const TextOptions& o) {
   return so;
 }
 
+std::string kv_cache_summary(const Session& s) {
+  const double b = static_cast<double>(s.kv_cache_bytes());
+  return fmt::format("KV cache {}, {}", kv_type_name(s.kv_type()),
+                     b >= 1e9 ? fmt::format("{:.2f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6));
+}
+
 TokenStreamer::TokenStreamer(const Tokenizer& tok, const ChatFormat& chat, bool in_thinking,
                              bool hide_thinking, bool color)
     : tok_(tok),

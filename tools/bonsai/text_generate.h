@@ -58,6 +58,8 @@ struct TextModel {
 // progress on stderr.
 TextModel load_text_model(const TextOptions& o);
 SessionOptions session_options(const TextOptions& o);
+// "KV cache f16, 268.4 MB": the session's cache type and size, for the start-up line of run and chat.
+std::string kv_cache_summary(const Session& s);
 
 // Writes generated text to stdout as it arrives. Inside the thinking block
 // (between <think> and </think>) text is dimmed on a terminal, or dropped
