@@ -89,6 +89,69 @@ inline void prefetch_row(const T* row, int d) {
 }
 constexpr int kPrefetchRows = 4;  // rows ahead of the one in use
 
+constexpr int kBlockPos = 32;  // positions per block of the V passes (decode chunks, batch tiles)
+
+// a[h·d + e] = a[h·d + e]·corr[h] + Σ_{p in [b0, b1)} w[h·w_stride + p - b0]·v_p[e] for H rows, 16 dims
+// at a time in registers (2H accumulators, the V slice loaded once for the H rows), then the last
+// 8-dim slice when d % 16 != 0. Per output the same multiply and FMA chain in position order as one
+// row at a time: bit-identical.
+template <int H, class T>
+void pv_rows(float* a, int d, const float* corr, const float* w, int w_stride, const T* vh, int64_t kv_stride,
+             int b0, int b1) {
+  int e = 0;
+  for (; e + 16 <= d; e += 16) {
+    __m256 x0[H], x1[H];
+    for (int h = 0; h < H; ++h) {
+      const __m256 cv = _mm256_set1_ps(corr[h]);
+      x0[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e));
+      x1[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e + 8));
+    }
+    for (int p = b0; p < b1; ++p) {
+      const T* vp = vh + p * kv_stride + e;
+      const __m256 v0 = load8(vp), v1 = load8(vp + 8);
+      for (int h = 0; h < H; ++h) {
+        const __m256 wp = _mm256_set1_ps(w[h * w_stride + (p - b0)]);
+        x0[h] = _mm256_fmadd_ps(wp, v0, x0[h]);
+        x1[h] = _mm256_fmadd_ps(wp, v1, x1[h]);
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      _mm256_storeu_ps(a + h * d + e, x0[h]);
+      _mm256_storeu_ps(a + h * d + e + 8, x1[h]);
+    }
+  }
+  for (; e < d; e += 8) {
+    __m256 x0[H];
+    for (int h = 0; h < H; ++h)
+      x0[h] = _mm256_mul_ps(_mm256_set1_ps(corr[h]), _mm256_loadu_ps(a + h * d + e));
+    for (int p = b0; p < b1; ++p) {
+      const __m256 v0 = load8(vh + p * kv_stride + e);
+      for (int h = 0; h < H; ++h)
+        x0[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * w_stride + (p - b0)]), v0, x0[h]);
+    }
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(a + h * d + e, x0[h]);
+  }
+}
+
+// pv_rows for the `group` rows of a KV head (a [group][d], corr [group], w [group][w_stride]), up to 6
+// rows per pass over the V rows [b0, b1).
+template <class T>
+void pv_group(float* a, int d, int group, const float* corr, const float* w, int w_stride, const T* vh,
+              int64_t kv_stride, int b0, int b1) {
+  const auto pv = [&](auto n_rows, int g) {  // n_rows: std::integral_constant, the pass's row count
+    pv_rows<decltype(n_rows)::value>(a + g * d, d, corr + g, w + g * w_stride, w_stride, vh, kv_stride, b0,
+                                     b1);
+  };
+  int g = 0;
+  for (; g + 6 <= group; g += 6) pv(std::integral_constant<int, 6>{}, g);
+  if (group - g >= 3) {
+    pv(std::integral_constant<int, 3>{}, g);
+    g += 3;
+  }
+  if (group - g == 2) pv(std::integral_constant<int, 2>{}, g);
+  if (group - g == 1) pv(std::integral_constant<int, 1>{}, g);
+}
+
 // A decode step (one token) over n_kv > chunk positions, flash-decoding style: one task per (KV
 // head, chunk of `chunk` positions) computes for each query head of the group its chunk's maximum
 // score m, the sum l of exp(score - m) and the sum of exp(score - m)·v; then one task per query
@@ -126,16 +189,17 @@ void attention_decode_chunked(const float* q, const T* k_cache, const T* v_cache
       m[g] = mx;
       l[g] = exp_shift_sum(wg, np, mx);
     }
+    // acc = Σ_p w_p·v_p in blocks of kBlockPos positions, up to 6 heads' rows per pass over a block's
+    // V rows (pv_group; the rows of the next block prefetched first): each accumulator is loaded and
+    // stored once per block instead of once per position. Per output the same FMA chain in position
+    // order from 0 (corr = 1): bit-identical to one position at a time.
     std::fill(acc, acc + static_cast<int64_t>(group) * d, 0.0f);
-    for (int p = p0; p < p1; ++p) {
-      const T* vp = v_cache + p * kv_stride + hk * d;
-      if (p + kPrefetchRows < p1) prefetch_row(vp + kPrefetchRows * kv_stride, d);
-      for (int g = 0; g < group; ++g) {
-        const __m256 wp = _mm256_set1_ps(w[static_cast<size_t>(g) * np + (p - p0)]);
-        float* o = acc + g * d;
-        for (int e = 0; e < d; e += 8)
-          _mm256_storeu_ps(o + e, _mm256_fmadd_ps(wp, load8(vp + e), _mm256_loadu_ps(o + e)));
-      }
+    const std::vector<float> ones(group, 1.0f);
+    const T* vh = v_cache + hk * d;
+    for (int b0 = p0; b0 < p1; b0 += kBlockPos) {
+      const int b1 = std::min(b0 + kBlockPos, p1);
+      for (int p = b1; p < std::min(b1 + kBlockPos, p1); ++p) prefetch_row(vh + p * kv_stride, d);
+      pv_group(acc, d, group, ones.data(), w.data() + (b0 - p0), np, vh, kv_stride, b0, b1);
     }
   });
   pool.parallel_for(static_cast<int64_t>(s.n_head_kv) * group, [&](int64_t task, int) {
@@ -166,49 +230,7 @@ void attention_decode_chunked(const float* q, const T* k_cache, const T* v_cache
 // unnormalized acc, rescaled when m grows). Why: one task per (token, KV head) read a token's whole
 // cache from memory for every token, so a 64-token chunk after 2048 positions streamed its K/V rows
 // 64 times; here once per tile. Fixed tile and block sizes: the floats do not depend on -t.
-constexpr int kTileTokens = 8, kBlockPos = 32;
-
-// a[h·d + e] = a[h·d + e]·corr[h] + Σ_{p in [b0, b1)} w[h·kBlockPos + p - b0]·v_p[e] for H rows, 16 dims
-// at a time in registers (2H accumulators, the V slice loaded once for the H rows), then the last
-// 8-dim slice when d % 16 != 0. Per output the same multiply and FMA chain in position order as one
-// row at a time: bit-identical.
-template <int H, class T>
-void pv_rows(float* a, int d, const float* corr, const float* w, const T* vh, int64_t kv_stride, int b0,
-             int b1) {
-  int e = 0;
-  for (; e + 16 <= d; e += 16) {
-    __m256 x0[H], x1[H];
-    for (int h = 0; h < H; ++h) {
-      const __m256 cv = _mm256_set1_ps(corr[h]);
-      x0[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e));
-      x1[h] = _mm256_mul_ps(cv, _mm256_loadu_ps(a + h * d + e + 8));
-    }
-    for (int p = b0; p < b1; ++p) {
-      const T* vp = vh + p * kv_stride + e;
-      const __m256 v0 = load8(vp), v1 = load8(vp + 8);
-      for (int h = 0; h < H; ++h) {
-        const __m256 wp = _mm256_set1_ps(w[h * kBlockPos + (p - b0)]);
-        x0[h] = _mm256_fmadd_ps(wp, v0, x0[h]);
-        x1[h] = _mm256_fmadd_ps(wp, v1, x1[h]);
-      }
-    }
-    for (int h = 0; h < H; ++h) {
-      _mm256_storeu_ps(a + h * d + e, x0[h]);
-      _mm256_storeu_ps(a + h * d + e + 8, x1[h]);
-    }
-  }
-  for (; e < d; e += 8) {
-    __m256 x0[H];
-    for (int h = 0; h < H; ++h)
-      x0[h] = _mm256_mul_ps(_mm256_set1_ps(corr[h]), _mm256_loadu_ps(a + h * d + e));
-    for (int p = b0; p < b1; ++p) {
-      const __m256 v0 = load8(vh + p * kv_stride + e);
-      for (int h = 0; h < H; ++h)
-        x0[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[h * kBlockPos + (p - b0)]), v0, x0[h]);
-    }
-    for (int h = 0; h < H; ++h) _mm256_storeu_ps(a + h * d + e, x0[h]);
-  }
-}
+constexpr int kTileTokens = 8;
 
 template <class T>
 void attention_batch_tiled(const float* q, const T* k_cache, const T* v_cache, float* out, int t, int pos0,
@@ -248,18 +270,7 @@ void attention_batch_tiled(const float* q, const T* k_cache, const T* v_cache, f
         // V rows (pv_rows): each V slice is loaded once for the rows of the pass instead of once per row.
         float* a = acc.data() + static_cast<size_t>(i - i0) * group * d;
         const T* vh = v_cache + hk * d;
-        const auto pv = [&](auto n_rows, int g) {  // n_rows: std::integral_constant, the pass's row count
-          pv_rows<decltype(n_rows)::value>(a + g * d, d, corr.data() + g, wbuf.data() + g * kBlockPos, vh,
-                                           kv_stride, b0, b1);
-        };
-        int g = 0;
-        for (; g + 6 <= group; g += 6) pv(std::integral_constant<int, 6>{}, g);
-        if (group - g >= 3) {
-          pv(std::integral_constant<int, 3>{}, g);
-          g += 3;
-        }
-        if (group - g == 2) pv(std::integral_constant<int, 2>{}, g);
-        if (group - g == 1) pv(std::integral_constant<int, 1>{}, g);
+        pv_group(a, d, group, corr.data(), wbuf.data(), kBlockPos, vh, kv_stride, b0, b1);
       }
     }
     for (int i = i0; i < i1; ++i)
