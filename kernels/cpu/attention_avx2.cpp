@@ -40,6 +40,28 @@ inline float dot(const float* a, const T* b, int d) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// dot() of H query rows (q + h·d) with one key row, the key's 8-element slices loaded (and, for an f16
+// cache, widened) once for the H rows: per row the same two accumulator chains and reduction as dot(), so
+// the same floats.
+template <int H, class T>
+inline void dot_rows(const float* q, const T* k, int d, float* out) {
+  __m256 acc0[H], acc1[H];
+  for (int h = 0; h < H; ++h) acc0[h] = acc1[h] = _mm256_setzero_ps();
+  int e = 0;
+  for (; e + 16 <= d; e += 16) {
+    const __m256 k0 = load8(k + e), k1 = load8(k + e + 8);
+    for (int h = 0; h < H; ++h) {
+      acc0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + e), k0, acc0[h]);
+      acc1[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + e + 8), k1, acc1[h]);
+    }
+  }
+  for (; e < d; e += 8) {
+    const __m256 k0 = load8(k + e);
+    for (int h = 0; h < H; ++h) acc0[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + e), k0, acc0[h]);
+  }
+  for (int h = 0; h < H; ++h) out[h] = hsum(_mm256_add_ps(acc0[h], acc1[h]));
+}
+
 // The dots of one query row with 4 key rows at once (4 independent accumulator chains instead
 // of 2, and one reduction tree for the 4): the same products as dot(), summed in another order.
 template <class T>
@@ -176,11 +198,19 @@ void attention_decode_chunked(const float* q, const T* k_cache, const T* v_cache
     const float* qg = q + static_cast<int64_t>(hk) * group * d;
     const int np = p1 - p0;
     std::vector<float> w(static_cast<size_t>(np) * group);  // [g][p] scores, then exp(score - m)
+    std::vector<float> dots(group);
     for (int p = p0; p < p1; ++p) {
       const T* kp = k_cache + p * kv_stride + hk * d;
       if (p + kPrefetchRows < p1) prefetch_row(kp + kPrefetchRows * kv_stride, d);
-      for (int g = 0; g < group; ++g)
-        w[static_cast<size_t>(g) * np + (p - p0)] = dot(qg + g * d, kp, d) * s.scale;
+      // the group's dots, up to 6 rows per load of the key row (dot_rows: the floats of dot())
+      int g = 0;
+      for (; g + 6 <= group; g += 6) dot_rows<6>(qg + g * d, kp, d, dots.data() + g);
+      if (group - g >= 3) {
+        dot_rows<3>(qg + g * d, kp, d, dots.data() + g);
+        g += 3;
+      }
+      for (; g < group; ++g) dots[g] = dot(qg + g * d, kp, d);
+      for (g = 0; g < group; ++g) w[static_cast<size_t>(g) * np + (p - p0)] = dots[g] * s.scale;
     }
     for (int g = 0; g < group; ++g) {
       float* wg = w.data() + static_cast<size_t>(g) * np;
