@@ -24,7 +24,6 @@
 #include "kernels/ref/ref_backend.h"
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/launch.h"
 #endif
 
 #include "raw_weight.h"
@@ -603,70 +602,6 @@ TEST_F(CudaOps, AttentionMatchesReference) {
     ref::attention(q.data(), kc.data(), vc.data(), ref.data(), cs.t, cs.pos0, s);
     // online softmax merges partial sums in another order: a few ε of the O(1) outputs
     expect_close(down(out, ref.size()), ref, 2e-5, "attention head_dim " + std::to_string(cs.head_dim));
-  }
-}
-
-// An f16 KV cache: store_rows rounds as f32_to_fp16 (bit for bit), and the fp32 attention kernels
-// over it equal the same kernels over an f32 cache holding the rounded rows bit for bit: the decode
-// split kernels (the ring kernel and the one scoring 4 positions together, called directly at several
-// split counts) widen each half exactly where a lane reads it, and the tensor cores' prefill batch
-// (through the backend) copies the halves where the f32 path rounds to the same ones. The split
-// kernels also against the reference over the rounded rows with AttentionMatchesReference's bound.
-// (A decode step over an f16 cache past BONSAI_CUDA_ATTN_DEC_MMA_MIN takes the tensor cores' decode
-// kernel instead, other numerics: CudaAttentionDecodeMma, test_backend_cuda_attn.cpp.)
-TEST_F(CudaOps, AttentionOverAnF16CacheEqualsTheF32PathOverRoundedRows) {
-  struct Case {
-    int n_head, n_head_kv, head_dim, t, pos0, splits;
-  };
-  for (const Case& cs :
-       {Case{6, 2, 128, 1, 37, 32}, Case{24, 4, 256, 1, 1500, 32}, Case{24, 4, 256, 1, 20000, 99},
-        Case{12, 2, 128, 1, 777, 99}, Case{12, 2, 128, 3, 41, 7}, Case{24, 4, 256, 72, 97, 0}}) {
-    const int n_ctx = cs.pos0 + cs.t + 3;
-    const int64_t KV = static_cast<int64_t>(cs.n_head_kv) * cs.head_dim;
-    const size_t n = static_cast<size_t>(n_ctx) * KV,
-                 nq = static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim;
-    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
-    AttentionShape h = s;
-    h.kv = KvType::F16;
-    auto q = randn(nq, 94, 2.0f);
-    auto kc = randn(n, 95), vc = randn(n, 96);
-    float *dkh = be_->alloc((n + 1) / 2), *dvh = be_->alloc((n + 1) / 2);
-    be_->store_rows(dkh, up(kc), KV, n_ctx, 0, KvType::F16);
-    be_->store_rows(dvh, up(vc), KV, n_ctx, 0, KvType::F16);
-    std::vector<uint16_t> kh(n), vh(n);
-    const auto kraw = down(dkh, n / 2), vraw = down(dvh, n / 2);  // n is even: KV is
-    std::memcpy(kh.data(), kraw.data(), n * 2);
-    std::memcpy(vh.data(), vraw.data(), n * 2);
-    std::vector<float> kr(n), vr(n);
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(kh[i], f32_to_fp16(kc[i])) << i;
-      ASSERT_EQ(vh[i], f32_to_fp16(vc[i])) << i;
-      kr[i] = fp16_to_f32(kh[i]);
-      vr[i] = fp16_to_f32(vh[i]);
-    }
-    float *dq = up(q), *dkr = up(kr), *dvr = up(vr), *o16 = be_->alloc(nq), *o32 = be_->alloc(nq);
-    const std::string what = std::to_string(cs.t) + " tokens at " + std::to_string(cs.pos0);
-    if (cs.splits == 0) {  // the tensor cores' prefill, through the backend
-      ASSERT_TRUE(CudaBackend::attention_on_tensor_cores(cs.t, s)) << what;
-      be_->attention(dq, dkh, dvh, o16, cs.t, cs.pos0, h);
-      be_->attention(dq, dkr, dvr, o32, cs.t, cs.pos0, s);
-      EXPECT_EQ(down(o16, nq), down(o32, nq)) << what;
-      continue;
-    }
-    std::vector<float> ref(nq);
-    ref::attention(q.data(), kr.data(), vr.data(), ref.data(), cs.t, cs.pos0, s);
-    float* part = be_->alloc(nq * cs.splits * (cs.head_dim + 2) / cs.head_dim);
-    for (const bool batch : {false, true}) {
-      be_->sync();
-      cuda::attention(dq, dkh, dvh, KvType::F16, o16, part, cs.t, cs.pos0, nullptr, cs.splits, batch,
-                      cs.n_head, cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
-      cuda::attention(dq, dkr, dvr, KvType::F32, o32, part, cs.t, cs.pos0, nullptr, cs.splits, batch,
-                      cs.n_head, cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto a = down(o16, nq);
-      EXPECT_EQ(a, down(o32, nq)) << what << ", batch " << batch;
-      expect_close(a, ref, 2e-5, "f16 cache, " + what + (batch ? ", batch kernel" : ", ring kernel"));
-    }
   }
 }
 

@@ -1,6 +1,7 @@
 // The tensor-core prefill attention (kernels/cuda/attention_mma.cu, BONSAI_CUDA_ATTN=3|4) against
 // a double-precision reference on the kernel's own fp16-rounded q, k and v; the decode attention's
-// split count across a recorded step's re-recording. Needs a device.
+// split count across a recorded step's re-recording; the f16 KV cache: the fp32 kernels over it, and
+// the decode kernel on the tensor cores (attention_dec_mma.cu). Needs a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -294,6 +295,85 @@ double check_fp16_operand_rows(const std::vector<float>& got, const std::vector<
     }
   }
   return worst;
+}
+
+// An f16 KV cache: store_rows rounds as f32_to_fp16 (bit for bit), and the fp32 attention kernels
+// over it equal the same kernels over an f32 cache holding the rounded rows bit for bit: the decode
+// split kernels (the ring kernel and the one scoring 4 positions together, called directly at several
+// split counts) widen each half exactly where a lane reads it, and the tensor cores' prefill batch
+// (through the backend) copies the halves where the f32 path rounds to the same ones. The split
+// kernels also against the reference over the rounded rows with CudaOps.AttentionMatchesReference's bound
+// (test_backend_cuda.cpp). A decode step over an f16 cache past BONSAI_CUDA_ATTN_DEC_MMA_MIN takes the
+// tensor cores' decode kernel instead, other numerics: CudaAttentionDecodeMma below.
+TEST(CudaAttentionF16Cache, EqualsTheF32PathOverRoundedRows) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  CudaBackend be(0);
+  auto up = [&](const std::vector<float>& v) {
+    float* p = be.alloc(v.size());
+    be.from_host(p, v.data(), v.size());
+    return p;
+  };
+  auto down = [&](const float* p, size_t n) {
+    std::vector<float> v(n);
+    be.to_host(v.data(), p, n);
+    return v;
+  };
+  struct Case {
+    int n_head, n_head_kv, head_dim, t, pos0, splits;
+  };
+  for (const Case& cs :
+       {Case{6, 2, 128, 1, 37, 32}, Case{24, 4, 256, 1, 1500, 32}, Case{24, 4, 256, 1, 20000, 99},
+        Case{12, 2, 128, 1, 777, 99}, Case{12, 2, 128, 3, 41, 7}, Case{24, 4, 256, 72, 97, 0}}) {
+    const int n_ctx = cs.pos0 + cs.t + 3;
+    const int64_t KV = static_cast<int64_t>(cs.n_head_kv) * cs.head_dim;
+    const size_t n = static_cast<size_t>(n_ctx) * KV,
+                 nq = static_cast<size_t>(cs.t) * cs.n_head * cs.head_dim;
+    const AttentionShape s{cs.n_head, cs.n_head_kv, cs.head_dim, 1.0f / std::sqrt(float(cs.head_dim))};
+    AttentionShape h = s;
+    h.kv = KvType::F16;
+    auto q = randn(nq, 94, 2.0f);
+    auto kc = randn(n, 95), vc = randn(n, 96);
+    float *dkh = be.alloc((n + 1) / 2), *dvh = be.alloc((n + 1) / 2);
+    be.store_rows(dkh, up(kc), KV, n_ctx, 0, KvType::F16);
+    be.store_rows(dvh, up(vc), KV, n_ctx, 0, KvType::F16);
+    std::vector<uint16_t> kh(n), vh(n);
+    const auto kraw = down(dkh, n / 2), vraw = down(dvh, n / 2);  // n is even: KV is
+    std::memcpy(kh.data(), kraw.data(), n * 2);
+    std::memcpy(vh.data(), vraw.data(), n * 2);
+    std::vector<float> kr(n), vr(n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(kh[i], f32_to_fp16(kc[i])) << i;
+      ASSERT_EQ(vh[i], f32_to_fp16(vc[i])) << i;
+      kr[i] = fp16_to_f32(kh[i]);
+      vr[i] = fp16_to_f32(vh[i]);
+    }
+    float *dq = up(q), *dkr = up(kr), *dvr = up(vr), *o16 = be.alloc(nq), *o32 = be.alloc(nq);
+    const std::string what = std::to_string(cs.t) + " tokens at " + std::to_string(cs.pos0);
+    if (cs.splits == 0) {  // the tensor cores' prefill, through the backend
+      ASSERT_TRUE(CudaBackend::attention_on_tensor_cores(cs.t, s)) << what;
+      be.attention(dq, dkh, dvh, o16, cs.t, cs.pos0, h);
+      be.attention(dq, dkr, dvr, o32, cs.t, cs.pos0, s);
+      EXPECT_EQ(down(o16, nq), down(o32, nq)) << what;
+      continue;
+    }
+    std::vector<float> ref(nq);
+    ref::attention(q.data(), kr.data(), vr.data(), ref.data(), cs.t, cs.pos0, s);
+    float* part = be.alloc(nq * cs.splits * (cs.head_dim + 2) / cs.head_dim);
+    for (const bool batch : {false, true}) {
+      be.sync();
+      cuda::attention(dq, dkh, dvh, KvType::F16, o16, part, cs.t, cs.pos0, nullptr, cs.splits, batch,
+                      cs.n_head, cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
+      cuda::attention(dq, dkr, dvr, KvType::F32, o32, part, cs.t, cs.pos0, nullptr, cs.splits, batch,
+                      cs.n_head, cs.n_head_kv, cs.head_dim, s.scale, nullptr, 0, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto a = down(o16, nq);
+      EXPECT_EQ(a, down(o32, nq)) << what << ", batch " << batch;
+      for (size_t i = 0; i < nq; ++i)  // AttentionMatchesReference's bound: |a - ref| <= 2e-5·max(1, |ref|)
+        ASSERT_NEAR(a[i], ref[i], 2e-5 * std::max(1.0, std::fabs(static_cast<double>(ref[i]))))
+            << "f16 cache, " << what << (batch ? ", batch kernel" : ", ring kernel") << " at " << i;
+    }
+  }
 }
 
 // The tensor cores' decode kernel over an f16 cache (kernels/cuda/attention_dec_mma.cu) called
