@@ -18,6 +18,7 @@
 #include "kernels/cuda/launch.h"
 #endif
 
+#include "backend_io.h"
 #include "test_util.h"
 
 #if BONSAI_HAVE_CUDA
@@ -309,16 +310,8 @@ TEST(CudaAttentionF16Cache, EqualsTheF32PathOverRoundedRows) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   CudaBackend be(0);
-  auto up = [&](const std::vector<float>& v) {
-    float* p = be.alloc(v.size());
-    be.from_host(p, v.data(), v.size());
-    return p;
-  };
-  auto down = [&](const float* p, size_t n) {
-    std::vector<float> v(n);
-    be.to_host(v.data(), p, n);
-    return v;
-  };
+  auto up = [&](const std::vector<float>& v) { return testing_util::upload(be, v); };
+  auto down = [&](const float* p, size_t n) { return testing_util::download(be, p, n); };
   struct Case {
     int n_head, n_head_kv, head_dim, t, pos0, splits;
   };

@@ -22,6 +22,7 @@
 #include "kernels/cuda/gdn_decode.h"
 #endif
 
+#include "backend_io.h"
 #include "raw_weight.h"
 #include "test_util.h"
 
@@ -91,16 +92,8 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
     be.prepare(w);
     return w;
   };
-  auto up = [&](const std::vector<float>& v) {
-    float* p = be.alloc(v.size());
-    be.from_host(p, v.data(), v.size());
-    return p;
-  };
-  auto down = [&](const float* p, size_t n) {
-    std::vector<float> v(n);
-    be.to_host(v.data(), p, n);
-    return v;
-  };
+  auto up = [&](const std::vector<float>& v) { return testing_util::upload(be, v); };
+  auto down = [&](const float* p, size_t n) { return testing_util::download(be, p, n); };
   auto cw = randn(taps * C, 150, 0.5f), a = randn(s.n_v, 151), dt = randn(s.n_v, 152),
        nw = randn(s.d_v, 153, 0.2f);
   for (auto& v : a) v = -std::fabs(v);
