@@ -742,7 +742,13 @@ TEST(CudaBench, MatvecBandwidthAt27bShapes) {
   const Shape shapes[] = {{5120, 10240}, {5120, 6144},   {5120, 12288}, {5120, 1024},
                           {5120, 17408}, {5120, 248320}, {6144, 5120},  {17408, 5120},
                           {5120, 16384}, {5120, 14336},  {5120, 34816}};
-  std::printf("| K | N | MB | us | GB/s | of copy |\n|---|---|---|---|---|---|\n");
+  // The yardstick columns: a kernel that only streams the same bytes, chained the same way
+  // (CudaBackend::read_chain_seconds), i.e. what one launch per call of that size reaches: with 4
+  // blocks of 512 threads per SM (the next launch resident only as it drains, like the matvec) and
+  // with 1 (the next launch can start beside it); "matvec of read" is against the first.
+  std::printf(
+      "| K | N | MB | us | GB/s | of copy | read us, 4 / 1 blocks per SM | read of copy | matvec of read |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {
     // Random PQ2_0 bytes (codes 0..3, scale 1/64): the kernel's speed does not depend on the values.
     HostWeight hw;
@@ -776,9 +782,13 @@ TEST(CudaBench, MatvecBandwidthAt27bShapes) {
         },
         10);
     const double per = sec / copies, gbs = bytes / per;
-    std::printf("| %lld | %lld | %.1f | %.1f | %.0f | %.0f %% |\n", static_cast<long long>(sh.k),
-                static_cast<long long>(sh.n), bytes / 1e6, per * 1e6, gbs / 1e9, 100.0 * gbs / copy);
-    for (Weight& w : ws) be.unprepare(w);
+    for (Weight& w : ws) be.unprepare(w);  // room for the yardstick's buffers
+    const double rd = be.read_chain_seconds(bytes, copies, 10, 4),
+                 rd1 = be.read_chain_seconds(bytes, copies, 10, 1);
+    std::printf("| %lld | %lld | %.1f | %.1f | %.0f | %.0f %% | %.1f / %.1f | %.0f / %.0f %% | %.0f %% |\n",
+                static_cast<long long>(sh.k), static_cast<long long>(sh.n), bytes / 1e6, per * 1e6, gbs / 1e9,
+                100.0 * gbs / copy, rd * 1e6, rd1 * 1e6, rd > 0 ? 100.0 * bytes / rd / copy : 0.0,
+                rd1 > 0 ? 100.0 * bytes / rd1 / copy : 0.0, rd > 0 ? 100.0 * rd / per : 0.0);
     be.release(dx);
     be.release(dy);
   }

@@ -87,6 +87,12 @@ class CudaBackend : public Backend {
   std::string device_name() const;
   // Device-to-device copy rate in bytes per second (bytes read + bytes written).
   double copy_bandwidth(size_t bytes, int reps);
+  // Seconds per launch of a pure streaming read of `bytes` from one of `copies` buffers by
+  // blocks_per_sm x SMs blocks of 512 threads, launched and recorded like the decode matvecs
+  // (cuda::measure_read_chain): the matvec benchmark's yardstick for what any kernel reading that
+  // many bytes per call reaches. With 4 blocks per SM the next launch becomes resident only as this
+  // one drains (as the matvec's); with fewer it can start beside it.
+  double read_chain_seconds(size_t bytes, int copies, int reps, int blocks_per_sm);
   // GPU seconds per call of `ops`: the ops are recorded once as a CUDA graph and the
   // graph is replayed `reps` times between two events.
   double time_recorded(const std::function<void()>& ops, int reps);

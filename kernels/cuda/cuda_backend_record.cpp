@@ -94,6 +94,13 @@ double CudaBackend::copy_bandwidth(size_t bytes, int reps) {
   return cuda::measure_copy_bandwidth(bytes, reps, impl_->stream);
 }
 
+double CudaBackend::read_chain_seconds(size_t bytes, int copies, int reps, int blocks_per_sm) {
+  impl_->flush();
+  sync();
+  return cuda::measure_read_chain(bytes, copies, reps, blocks_per_sm * impl_->prop.multiProcessorCount,
+                                  impl_->stream);
+}
+
 double CudaBackend::time_recorded(const std::function<void()>& ops, int reps) {
   impl_->flush();
   Impl& m = *impl_;

@@ -1,4 +1,7 @@
 // Elementwise and layout ops, RoPE, the KV-cache store, the GDN conv and gates.
+#include <algorithm>
+#include <vector>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/knobs.h"
 #include "kernels/cuda/launch.h"
@@ -206,6 +209,73 @@ bool clusters_available() {
     return major == 9;
   }();
   return ok;
+}
+
+namespace {
+// The yardstick of the matvec benchmark (measure_read_chain): streams n16 16-byte words with four
+// independent non-allocating loads in flight per thread, then, after the dependency wait, writes
+// one word per block, so that a chain of launches is ordered like the decode matvecs' (weights read
+// before the wait, the result after it).
+__global__ void read_stream_kernel(const uint4* __restrict__ src, int64_t n16, uint32_t* out) {
+  pdl_trigger();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __ldcs(src + i + j * stride);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = __ldcs(src + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  pdl_wait();
+  if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, acc);
+}
+}  // namespace
+
+double measure_read_chain(size_t bytes, int copies, int reps, int blocks, cudaStream_t s) {
+  const size_t n16 = bytes / 16;
+  std::vector<void*> bufs(static_cast<size_t>(copies), nullptr);
+  uint32_t* out = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  double result = 0.0;
+  bool ok = n16 > 0 && cudaMalloc(reinterpret_cast<void**>(&out), 4 * 1024 * sizeof(uint32_t)) == cudaSuccess;
+  for (void*& b : bufs)
+    ok = ok && cudaMalloc(&b, n16 * 16) == cudaSuccess && cudaMemsetAsync(b, 1, n16 * 16, s) == cudaSuccess;
+  const unsigned grid = static_cast<unsigned>(blocks);
+  if (ok && cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    for (void* b : bufs)
+      launch(read_stream_kernel, grid, 512, 0, s, static_cast<const uint4*>(b), static_cast<int64_t>(n16),
+             out);
+    ok = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  if (ok && exec && cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+    cudaGraphLaunch(exec, s);  // warm-up
+    cudaEventRecord(e0, s);
+    for (int r = 0; r < reps; ++r) cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (ms > 0.0f) result = ms * 1e-3 / (static_cast<double>(reps) * copies);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  for (void* b : bufs)
+    if (b) cudaFree(b);
+  if (out) cudaFree(out);
+  cudaGetLastError();
+  return result;
 }
 
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s) {

@@ -441,5 +441,11 @@ void top_k(const float* x, int64_t n, int k, uint32_t* scratch, uint32_t* out, c
 
 // Bytes per second of a device-to-device copy (read + write counted), for benchmarks.
 double measure_copy_bandwidth(size_t bytes, int reps, cudaStream_t s);
+// Seconds per launch of a pure read of `bytes` (the yardstick of the matvec benchmark): `copies`
+// buffers of that size (enough to defeat the L2), one streaming-read kernel of `blocks` blocks of 512
+// threads each, launched like the decode matvecs (programmatic serialization, the reads before the
+// dependency wait, one word per block written after it) and recorded as one graph, replayed `reps`
+// times. 0 when a buffer cannot be allocated.
+double measure_read_chain(size_t bytes, int copies, int reps, int blocks, cudaStream_t s);
 
 }  // namespace bonsai::cuda
