@@ -61,6 +61,10 @@ class Backend {
   virtual void sync() {}
   // Tokens per prefill chunk this backend runs best with (0: no preference; Session uses 64).
   virtual int preferred_prefill_chunk() const { return 0; }
+  // KV cache element type of a session that does not choose one (SessionOptions::kv_type unset):
+  // f32, the reference's type, unless the backend is a fast path that gains from halving the
+  // cache's bytes (CUDA: f16, as llama.cpp).
+  virtual KvType default_kv_type() const { return KvType::F32; }
 
   // ---- the head's candidates ------------------------------------------------------
   // The k best of x[0..n) (backend memory) into host arrays ids[k] / values[k], best first:

@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "bonsai/formats.h"
+#include "bonsai/model.h"
+#include "bonsai/session.h"
+#include "bonsai/synth.h"
 #include "kernels/backend.h"
 #include "kernels/ref/ops.h"
 #if BONSAI_HAVE_CUDA
@@ -19,6 +23,7 @@
 #endif
 
 #include "backend_io.h"
+#include "temp_path.h"
 #include "test_util.h"
 
 #if BONSAI_HAVE_CUDA
@@ -472,6 +477,43 @@ TEST(CudaAttentionDecodeMma, RecordedStepsCrossIntoTheTensorCores) {
   EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 4) == replayed.end());
   EXPECT_TRUE(std::find(replayed.begin(), replayed.end(), first + 8) != replayed.end());
   for (float* p : {dq, dk, dv, out}) be.release(p);
+}
+
+// A CUDA session that does not choose a cache type gets the backend's default, f16 (as llama.cpp),
+// half the f32 cache's bytes; an explicit f32 is honoured. The logits of the two stay within the
+// rounding's reach of each other: 0.9999, the bound of
+// ReferenceModel.F16CacheWalkPrefillSnapshotAndDistanceToF32.
+TEST(CudaSessionCache, DefaultsToF16AndHonoursAnExplicitF32) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  SynthOptions o = synth_preset("tiny");
+  o.with_vocab = false;
+  o.seed = 21;
+  const auto path = bonsai::testing::unique_temp_path("cuda_kv_default.gguf").string();
+  write_synthetic_model(o, path);
+  auto model = Model::load(path);
+  SessionOptions so;
+  so.n_ctx = 32;
+  so.path = "cuda";
+  Session def(*model, so);
+  so.kv_type = KvType::F32;
+  Session f32(*model, so);
+  EXPECT_EQ(def.kv_type(), KvType::F16);
+  EXPECT_EQ(f32.kv_type(), KvType::F32);
+  EXPECT_EQ(2 * def.kv_cache_bytes(), f32.kv_cache_bytes());
+  for (int32_t t : {3, 17, 5, 40, 9, 2, 77, 11}) {
+    const auto a = def.decode(t);
+    const std::vector<float> av(a.begin(), a.end());
+    const auto b = f32.decode(t);
+    double dot = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < av.size(); ++i) {
+      dot += double(av[i]) * b[i];
+      na += double(av[i]) * av[i];
+      nb += double(b[i]) * b[i];
+    }
+    EXPECT_GE(dot / std::sqrt(na * nb), 0.9999) << "token " << t;
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

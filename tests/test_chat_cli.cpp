@@ -87,8 +87,9 @@ TEST_F(TextCli, RunStreamsNTokensAndTimes) {
 
 // An f16 KV cache (-ctk f16 -ctv f16) runs run and chat end to end; greedy decoding on the tiny model
 // comes out the same as with the f32 cache (its margins are far above what rounding the cache moves).
+// The default (auto) on the CPU path is f32; one side given, the other follows it.
 TEST_F(TextCli, F16CacheRunsRunAndChat) {
-  const std::string args = "run" + m() + "-p 'Tell me a story' -n 12 --ignore-eos --temp 0 ";
+  const std::string args = "run" + m() + "--path fast -p 'Tell me a story' -n 12 --ignore-eos --temp 0 ";
   const CliResult a = run_bonsai(args);
   const CliResult b = run_bonsai(args + "-ctk f16 -ctv f16");
   ASSERT_EQ(a.rc, 0) << a.err;
@@ -96,8 +97,13 @@ TEST_F(TextCli, F16CacheRunsRunAndChat) {
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(a.err.find("(KV cache f32, "), std::string::npos) << a.err;
   EXPECT_NE(b.err.find("(KV cache f16, "), std::string::npos) << b.err;
-  const CliResult c = run_bonsai(
-      "chat" + m() + "-n 4 --ignore-eos -s 2 --cache-type-k f16 --cache-type-v f16", "Hi\nAgain\n");
+  const CliResult k_only = run_bonsai(args + "-ctk f16");
+  ASSERT_EQ(k_only.rc, 0) << k_only.err;
+  EXPECT_EQ(k_only.out, b.out);
+  EXPECT_NE(k_only.err.find("(KV cache f16, "), std::string::npos) << k_only.err;
+  const CliResult c =
+      run_bonsai("chat" + m() + "--path fast -n 4 --ignore-eos -s 2 --cache-type-k f16 --cache-type-v f16",
+                 "Hi\nAgain\n");
   ASSERT_EQ(c.rc, 0) << c.err;
   EXPECT_EQ(turns(c.err).size(), 2u) << c.err;
   EXPECT_NE(c.err.find("chat: context 4096 (KV cache f16, "), std::string::npos) << c.err;
@@ -203,9 +209,9 @@ TEST_F(TextCli, UsageErrorsExit2) {
       {"run" + m() + "-f /nonexistent/prompt.txt", "/nonexistent/prompt.txt"},
       {"chat -m /nonexistent/model.gguf", "/nonexistent/model.gguf"},
       {"chat" + m() + "--temp nan", "--temp"},
-      {"run" + m() + "-ctk q4_0 -p hi", "valid: f32, f16"},
-      {"run" + m() + "-ctk f16 -p hi", "must have the same type"},
-      {"chat" + m() + "-ctv f16", "-ctv/--cache-type-v is f16"},
+      {"run" + m() + "-ctk q4_0 -p hi", "valid: auto, f32, f16"},
+      {"run" + m() + "-ctk f16 -ctv f32 -p hi", "must have the same type"},
+      {"chat" + m() + "-ctk f32 -ctv f16", "-ctv/--cache-type-v is f16"},
   };
   for (const auto& [args, needle] : cases) {
     const CliResult r = run_bonsai(args);

@@ -250,6 +250,7 @@ TEST(ReferenceModel, F16CacheWalkPrefillSnapshotAndDistanceToF32) {
     so.n_ctx = 32;
     so.path = path;
     Session f32(*model, so);
+    EXPECT_EQ(f32.kv_type(), KvType::F32) << path;  // unset: the backend's default, f32 on ref and fast
     so.kv_type = KvType::F16;
     Session walk(*model, so);
     EXPECT_EQ(walk.kv_type(), KvType::F16);

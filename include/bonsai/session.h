@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,13 +18,16 @@
 namespace bonsai {
 
 struct SessionOptions {
-  int n_ctx = 4096;              // context limit (positions); 0 = the model's trained context
-  std::string path = "ref";      // compute path: "ref" (scalar reference); fast paths add names
-  int n_threads = 0;             // 0 = physical cores
-  std::string dump_dir;          // when set, every named activation is written as raw f32 per position
-  bool profile = false;          // time every backend op (see Session::profile())
-  int prefill_chunk = 0;         // tokens per batched forward in prefill(); 0 = the backend's choice
-  KvType kv_type = KvType::F32;  // element type of the KV cache (-ctk / -ctv)
+  int n_ctx = 4096;          // context limit (positions); 0 = the model's trained context
+  std::string path = "ref";  // compute path: "ref" (scalar reference); fast paths add names
+  int n_threads = 0;         // 0 = physical cores
+  std::string dump_dir;      // when set, every named activation is written as raw f32 per position
+  bool profile = false;      // time every backend op (see Session::profile())
+  int prefill_chunk = 0;     // tokens per batched forward in prefill(); 0 = the backend's choice
+  // Element type of the KV cache (-ctk / -ctv); unset: the backend's default (f16 on CUDA, as
+  // llama.cpp; f32, the reference's type, on the reference and CPU paths). Session::kv_type() says
+  // which one a session has.
+  std::optional<KvType> kv_type;
 };
 
 // The compute-path names SessionOptions::path takes in this build ("auto", "ref", "fast", ...).

@@ -119,6 +119,7 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
   std::vector<float> got(static_cast<size_t>(T) * V);
   {
     Session s(model, so);
+    r.kv_type = s.kv_type();
     int start = 0;
     if (o.prefill) {
       // Prompt positions come from the batched prefill, the rest from decode.

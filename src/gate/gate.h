@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,9 @@ struct GateOptions {
   std::string path = "ref";        // compute path (Session path)
   GateCriteria criteria = GateCriteria::Strict;
   int n_threads = 0;
-  bool prefill = false;          // prompt positions via Session::prefill
-  KvType kv_type = KvType::F32;  // KV cache element type (-ctk / -ctv)
-  std::string dump_logits_dir;   // teacher-forced logits per case, fixture format
+  bool prefill = false;           // prompt positions via Session::prefill
+  std::optional<KvType> kv_type;  // KV cache element type (-ctk / -ctv); none: the backend's default
+  std::string dump_logits_dir;    // teacher-forced logits per case, fixture format
   std::string dump_activations_dir;
   std::function<void(const std::string&)> on_case_start;
 };
@@ -40,6 +41,7 @@ struct GateCaseResult {
   int continuation_required = 0;                     // tokens that must match under the criteria
   double prefill_vs_walk = -1;  // --prefill: max |Δlogit| between prefill and a token walk of the prompt
   double seconds = 0;
+  KvType kv_type = KvType::F32;  // the sessions' cache type (GateOptions::kv_type, or the backend's default)
   bool pass = false;
   std::string why;  // first failed criterion
 };

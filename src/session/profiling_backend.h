@@ -35,6 +35,7 @@ class ProfilingBackend : public Backend {
   void unprepare(Weight& w) override { inner_->unprepare(w); }
   void sync() override { inner_->sync(); }
   int preferred_prefill_chunk() const override { return inner_->preferred_prefill_chunk(); }
+  KvType default_kv_type() const override { return inner_->default_kv_type(); }
   void top_k(const float* x, int64_t n, int k, int32_t* ids, float* values) override;
 
   void embed(const Weight& table, const int32_t* tokens, int t, float* out) override;

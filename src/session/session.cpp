@@ -47,7 +47,7 @@ struct Session::Impl {
       profiler = p.get();
       backend = std::move(p);
     }
-    graph = std::make_unique<Graph>(m, *backend, n_ctx, o.kv_type);
+    graph = std::make_unique<Graph>(m, *backend, n_ctx, o.kv_type.value_or(backend->default_kv_type()));
     if (!o.dump_dir.empty()) graph->set_dump_dir(o.dump_dir);
     logits.assign(c.n_vocab, 0.0f);
   }

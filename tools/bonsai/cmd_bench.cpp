@@ -36,7 +36,7 @@ struct BenchCli {
   std::vector<int> threads;
   std::vector<int> ubatch{0};  // prompt tokens per batched forward step; 0 = the backend's choice
   std::vector<std::string> paths{"auto"};
-  std::vector<std::string> cache_k{"f32"}, cache_v;  // -ctk / -ctv; -ctv defaults to -ctk's list
+  std::vector<std::string> cache_k{"auto"}, cache_v;  // -ctk / -ctv; -ctv defaults to -ctk's list
   std::string output = "md";
   bool no_bandwidth = false;
   bool profile = false;
@@ -106,11 +106,11 @@ void run(const BenchCli& o) {
   if (o.cache_k.empty() || cache_v.size() != o.cache_k.size())
     usage_fail("-ctk/--cache-type-k and -ctv/--cache-type-v need lists of the same length (got {} and {})",
                o.cache_k.size(), cache_v.size());
-  std::vector<KvType> kv_types;
+  std::vector<std::optional<KvType>> kv_types;
   for (size_t i = 0; i < o.cache_k.size(); ++i) kv_types.push_back(parse_kv_types(o.cache_k[i], cache_v[i]));
-  // type_k / type_v columns only when a non-default type is measured (as llama-bench)
-  const bool show_kv =
-      std::any_of(kv_types.begin(), kv_types.end(), [](KvType k) { return k != KvType::F32; });
+  // type_k / type_v columns only when a type other than f32 is measured (the table's; the stderr
+  // progress lines name an f16 cache as soon as its session exists)
+  bool show_kv = false;
   if (o.output != "md" && o.output != "json" && o.output != "csv")
     usage_fail("-o/--output must be md, json or csv (got '{}')", o.output);
 
@@ -135,7 +135,7 @@ void run(const BenchCli& o) {
     for (auto& x : depth_toks) x = tok(depth_rng);
     for (const auto& p : o.paths)
       for (int nt : threads)
-        for (KvType kv : kv_types)
+        for (const std::optional<KvType>& kv : kv_types)
           for (size_t ui = 0; ui < o.ubatch.size(); ++ui) {
             // Every -ub value runs the pp tests; the tg tests (one token per step) only with the first.
             struct Test {
@@ -165,6 +165,7 @@ void run(const BenchCli& o) {
             so.prefill_chunk = o.ubatch[ui];
             so.kv_type = kv;
             Session s(*model, so);
+            show_kv = show_kv || s.kv_type() != KvType::F32;
             // The context before a test: d positions of depth_toks, prefilled (untimed).
             auto fill = [&](Session& ss, int d) {
               ss.reset();
@@ -186,8 +187,10 @@ void run(const BenchCli& o) {
                     for (int32_t x : toks) s.decode_top_k(x, 1);
                   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 };
-                fmt::print(stderr, "{} | {} | {} threads{} | {}: warm-up", model->path(), p, nt,
-                           show_kv ? fmt::format(" | cache {}", kv_type_name(kv)) : "", label);
+                fmt::print(
+                    stderr, "{} | {} | {} threads{} | {}: warm-up", model->path(), p, nt,
+                    s.kv_type() != KvType::F32 ? fmt::format(" | cache {}", kv_type_name(s.kv_type())) : "",
+                    label);
                 std::fflush(stderr);
                 once();
                 std::vector<double> tps;
@@ -200,7 +203,7 @@ void run(const BenchCli& o) {
                 Row row{model->path(),         s.backend_name(),  t.name,
                         model->weight_bytes(), model->n_params(), nt};
                 if (t.prompt) row.ubatch = s.prefill_chunk();
-                row.kv = kv;
+                row.kv = s.kv_type();
                 row.depth = d;
                 for (double v : tps) row.mean += v / tps.size();
                 for (double v : tps) row.std += (v - row.mean) * (v - row.mean);
@@ -323,7 +326,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--cache-type-k", o->cache_k, "KV cache types, also -ctk; comma-separated: f32, f16")
+  cmd->add_option(
+         "--cache-type-k", o->cache_k,
+         "KV cache types, also -ctk; comma-separated: auto (f16 on cuda, f32 on ref and the CPU paths), "
+         "f32, f16")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option(

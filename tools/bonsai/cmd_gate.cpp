@@ -13,7 +13,7 @@ namespace {
 struct GateCli {
   GateOptions o;
   std::string criteria = "auto";
-  std::string cache_type_k = "f32", cache_type_v = "f32";
+  std::string cache_type_k = "auto", cache_type_v = "auto";
   bool json = false;
 };
 
@@ -23,7 +23,9 @@ void run(GateCli& g) {
   o.kv_type = parse_kv_types(g.cache_type_k, g.cache_type_v);
   // An f16 cache rounds every K/V element: a fast path's criteria even on the reference's arithmetic.
   if (g.criteria == "auto")
-    o.criteria = o.path == "ref" && o.kv_type == KvType::F32 ? GateCriteria::Strict : GateCriteria::Fast;
+    // (the reference backend's own default cache type is f32)
+    o.criteria = o.path == "ref" && o.kv_type.value_or(KvType::F32) == KvType::F32 ? GateCriteria::Strict
+                                                                                   : GateCriteria::Fast;
   else if (g.criteria == "strict")
     o.criteria = GateCriteria::Strict;
   else if (g.criteria == "fast")
@@ -34,13 +36,15 @@ void run(GateCli& g) {
   auto results = run_gate(o);
   bool all = true;
   for (const auto& r : results) all = all && r.pass;
+  // The cache type the cases ran with (every session of a run resolves the same one).
+  const KvType kv = results.empty() ? o.kv_type.value_or(KvType::F32) : results[0].kv_type;
   if (g.json) {
     nlohmann::json j;
     j["manifest"] = o.manifest;
     j["path"] = o.path;
     j["criteria"] = o.criteria == GateCriteria::Strict ? "strict" : "fast";
     j["prefill"] = o.prefill;
-    j["cache_type"] = kv_type_name(o.kv_type);
+    j["cache_type"] = kv_type_name(kv);
     j["pass"] = all;
     for (const auto& r : results)
       j["cases"].push_back({{"name", r.name},
@@ -64,7 +68,7 @@ void run(GateCli& g) {
   } else {
     fmt::print("gate: {} | path {} | criteria {}{}{}\n\n", o.manifest, o.path,
                o.criteria == GateCriteria::Strict ? "strict" : "fast", o.prefill ? " | prefill" : "",
-               o.kv_type == KvType::F32 ? "" : fmt::format(" | cache {}", kv_type_name(o.kv_type)));
+               kv == KvType::F32 ? "" : fmt::format(" | cache {}", kv_type_name(kv)));
     fmt::print("{:<26} {:>5} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7} {:>6}  {}\n", "case", "pos", "argmax",
                "m<0.05", "max|d|", "tol", "min cos", "cont", "sec", "result");
     for (const auto& r : results) {

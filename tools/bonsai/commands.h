@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include <optional>
+
 #include "bonsai/kv_type.h"
 
 namespace bonsai::cli {
@@ -20,6 +22,8 @@ void add_chat(CLI::App& app);
 void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v);
 // The one type both name (UsageError for an unknown name, or for a mixed pair: the kernels take one
 // element type for K and V).
-KvType parse_kv_types(const std::string& k, const std::string& v);
+// -ctk / -ctv values to one type; "auto" (the default) on both: none, i.e. the backend's default
+// (Backend::default_kv_type); "auto" on one side: the other side's type.
+std::optional<KvType> parse_kv_types(const std::string& k, const std::string& v);
 
 }  // namespace bonsai::cli

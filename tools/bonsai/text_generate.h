@@ -30,9 +30,9 @@ struct TextOptions {
   int n_threads = 0;   // -t: 0 = physical cores
   int n_ubatch = 0;    // -ub: tokens per batched prefill step; 0 = the backend's choice
   std::string path = "auto";
-  std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
-  KvType kv_type = KvType::F32;                            // both, after validate()
-  int64_t seed = -1;                                       // -s: -1 = random
+  std::string cache_type_k = "auto", cache_type_v = "auto";  // -ctk / -ctv
+  std::optional<KvType> kv_type;  // both, after validate(); none: the backend's default
+  int64_t seed = -1;              // -s: -1 = random
   SamplerParams sampling;
   std::string system_prompt;
   std::string reasoning = "on";  // on | off
