@@ -512,6 +512,43 @@ int main(int argc, char** argv) {
     std::printf("check B %s vs A: max |diff| / rms %.3g in matvec 0, %.3g worst over the %d matvecs\n", label,
                 first, worst, count);
   };
+  if (arg_int(argc, argv, "--stall", 0) != 0) {  // session 18 (docs/performance.md)
+    // Can the rings hide a site? Equal shares per SM, no site, no fix-up, no staging (timing only): the
+    // consumers idle D ns at the start of each matvec while the producers keep requesting weights. If a
+    // ring of R units absorbs the idle time, the step grows by less than 256 x D.
+    std::vector<double> ones(256, 0.0);
+    for (int id = 0; id < sms; ++id) ones[id] = 1.0;
+    const std::vector<float> cum = tails_cum(ones);
+    CK(cudaMemcpy(dcum, cum.data(), cum.size() * sizeof(float), cudaMemcpyHostToDevice));
+    std::printf("-- session 18: consumers idle D ns per matvec (256 per step), producers running on\n");
+    const int ns = kSkipSite | kNoFixup | kNoXs;
+    for (StepKernel k : {kv1, kb1}) {
+      kern = k;
+      for (int R : {3, 4, 6})
+        for (int nob : {1, 0})
+          for (int d : {0, 500, 1000, 2000, 3000, 4000, 6000}) {
+            Result res;
+            Tails t{nullptr, dcum, nullptr};
+            t.stall_ns = d;
+            const int f = ns | (nob ? kNoBarrier : 0);
+            if (!run_b(R, f, 0, 1, nullptr, t)) continue;
+            CK(cudaEventRecord(e0, s));
+            for (int r = 0; r < reps; ++r) run_b(R, f, 0, 1, nullptr, t);
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaGetLastError());
+            float ms = 0.0f;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = ms * 1e3 / reps;
+            std::printf(
+                "%s ring %d %s idle %5d ns: %8.1f us/step (%3.0f %% of copy), step - 256 x idle %8.1f\n",
+                k == kv1 ? "DotV1" : "DotB1", R, nob ? "no barriers " : "grid barriers", d, us,
+                100.0 * wbytes / (us * 1e-6) / copy, us - 256 * d * 1e-3);
+          }
+    }
+    std::printf("done\n");
+    return 0;
+  }
   if (arg_int(argc, argv, "--tails", 0) != 0) {  // session 15 (docs/performance.md)
     kern = kv1;
     if (arg_int(argc, argv, "--tails", 0) == 1)

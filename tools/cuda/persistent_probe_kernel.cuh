@@ -115,6 +115,8 @@ struct Tails {
   const float* cum = nullptr;  // [max smid + 2]: cumulative share of the units per SM (cum[0] = 0, the
                                // last = 1); null = the plan's equal ranges (gw · per_warp)
   unsigned* smc = nullptr;     // [256]: blocks started per SM, never reset (slot = count & 1)
+  int stall_ns = 0;            // session 18 (--stall): the consumers idle this long at the start of every
+                               // matvec after the first (a site's latency stand-in); the producers run on
 };
 
 // Units [u0, u1) of matvec `p` for consumer warp `warp` of the block in slot `slot` of SM `sm`: the
@@ -292,6 +294,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         arrive_i = -1;
         arrive();
         wait();
+      }
+    }
+    if (i > 0 && tails.stall_ns > 0) {  // a site's latency: the consumers wait, the rings keep filling
+      const long long t0 = globaltimer();
+      while (globaltimer() - t0 < tails.stall_ns) {
       }
     }
     if (rec) stamps[3 * i] = globaltimer();
