@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,7 +22,7 @@
 #endif
 
 #include "backend_io.h"
-#include "temp_path.h"
+#include "temp_model.h"
 #include "test_util.h"
 
 #if BONSAI_HAVE_CUDA
@@ -486,18 +485,14 @@ TEST(CudaAttentionDecodeMma, RecordedStepsCrossIntoTheTensorCores) {
 TEST(CudaSessionCache, DefaultsToF16AndHonoursAnExplicitF32) {
   std::string why;
   if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-  SynthOptions o = synth_preset("tiny");
-  o.with_vocab = false;
-  o.seed = 21;
-  const auto path = bonsai::testing::unique_temp_path("cuda_kv_default.gguf").string();
-  write_synthetic_model(o, path);
-  auto model = Model::load(path);
+  const bonsai::testing::TempSynthModel tm(bonsai::testing::tiny_no_vocab(21), "cuda_kv_default.gguf");
+  const Model& model = *tm.model;
   SessionOptions so;
   so.n_ctx = 32;
   so.path = "cuda";
-  Session def(*model, so);
+  Session def(model, so);
   so.kv_type = KvType::F32;
-  Session f32(*model, so);
+  Session f32(model, so);
   EXPECT_EQ(def.kv_type(), KvType::F16);
   EXPECT_EQ(f32.kv_type(), KvType::F32);
   EXPECT_EQ(2 * def.kv_cache_bytes(), f32.kv_cache_bytes());
@@ -513,7 +508,6 @@ TEST(CudaSessionCache, DefaultsToF16AndHonoursAnExplicitF32) {
     }
     EXPECT_GE(dot / std::sqrt(na * nb), 0.9999) << "token " << t;
   }
-  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 #if BONSAI_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
-#include "temp_path.h"
+#include "temp_model.h"
 
 namespace bonsai {
 namespace {
@@ -106,12 +106,8 @@ TEST(CudaTopK, AllEqualAndAllNanRows) {
 // snapshot()), and steps through decode() and decode_top_k() share one recording.
 TEST(CudaTopK, SessionCandidatesFollowTheRecordedStep) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  SynthOptions o = synth_preset("tiny");
-  o.with_vocab = false;
-  o.seed = 13;
-  const auto path = bonsai::testing::unique_temp_path("cuda_topk.gguf").string();
-  write_synthetic_model(o, path);
-  auto model = Model::load(path);
+  const bonsai::testing::TempSynthModel tm(bonsai::testing::tiny_no_vocab(13), "cuda_topk.gguf");
+  const std::unique_ptr<Model>& model = tm.model;
   SessionOptions so;
   so.n_ctx = 24;
   so.path = "cuda";
@@ -136,7 +132,6 @@ TEST(CudaTopK, SessionCandidatesFollowTheRecordedStep) {
     }
     tok = best[0].id;
   }
-  std::filesystem::remove(path);
 }
 #else
 TEST(CudaTopK, MatchesReferenceBitForBit) { GTEST_SKIP() << "built without CUDA (BONSAI_CUDA=OFF)"; }
