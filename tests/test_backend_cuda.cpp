@@ -23,6 +23,7 @@
 #include "kernels/ref/ops.h"
 #include "kernels/ref/ref_backend.h"
 #if BONSAI_HAVE_CUDA
+#include "cuda_backend_fixture.h"
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
@@ -289,44 +290,8 @@ TEST(CudaTileLayout, CodeAndActivationPositionsAreBijections) {
 namespace bonsai {
 namespace {
 
-// Device memory through the backend's own interface.
-class CudaOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-    be_ = std::make_unique<CudaBackend>(0);
-  }
-  float* up(const std::vector<float>& v) {
-    float* p = be_->alloc(v.size());
-    be_->from_host(p, v.data(), v.size());
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    be_->to_host(v.data(), p, n);
-    return v;
-  }
-  // The backend frees what it prepared when it goes (the Weight may be gone by then).
-  Weight& prep(Weight& w) {
-    be_->prepare(w);
-    return w;
-  }
-  // An F32 vector weight over host floats (norm gains, conv taps, gates).
-  Weight& vec(std::vector<float>& v, int64_t k, int64_t n = 1) {
-    owned_.push_back(std::make_unique<Weight>());
-    Weight& w = *owned_.back();
-    w.name = "test vector";
-    w.type = DType::F32;
-    w.k = k;
-    w.n = n;
-    w.data = reinterpret_cast<const uint8_t*>(v.data());
-    w.nbytes = v.size() * 4;
-    return prep(w);
-  }
-  std::unique_ptr<CudaBackend> be_;
-  std::vector<std::unique_ptr<Weight>> owned_;
-};
+// Device memory through the backend's own interface (tests/cuda_backend_fixture.h).
+class CudaOps : public testing::CudaBackendFixture {};
 
 // |a - b| <= tol·max(1, |b|) elementwise.
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol,

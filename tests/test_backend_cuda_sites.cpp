@@ -13,6 +13,7 @@
 #include "bonsai/formats.h"
 #include "kernels/ref/ref_backend.h"
 #if BONSAI_HAVE_CUDA
+#include "cuda_backend_fixture.h"
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
@@ -35,42 +36,7 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
     ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::fabs(static_cast<double>(b[i])))) << what << " at " << i;
 }
 
-class CudaSites : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-    be_ = std::make_unique<CudaBackend>(0);
-  }
-  float* up(const std::vector<float>& v) {
-    float* p = be_->alloc(v.size());
-    be_->from_host(p, v.data(), v.size());
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    be_->to_host(v.data(), p, n);
-    return v;
-  }
-  Weight& prep(Weight& w) {
-    be_->prepare(w);
-    return w;
-  }
-  // An F32 vector weight over host floats (norm gains, conv taps, gates).
-  Weight& vec(std::vector<float>& v, int64_t k, int64_t n = 1) {
-    owned_.push_back(std::make_unique<Weight>());
-    Weight& w = *owned_.back();
-    w.name = "test vector";
-    w.type = DType::F32;
-    w.k = k;
-    w.n = n;
-    w.data = reinterpret_cast<const uint8_t*>(v.data());
-    w.nbytes = v.size() * 4;
-    return prep(w);
-  }
-  std::unique_ptr<CudaBackend> be_;
-  std::vector<std::unique_ptr<Weight>> owned_;
-};
+class CudaSites : public testing::CudaBackendFixture {};
 
 // The attention site (norms, RoPE, KV store, attention, gate: three launches) against the
 // reference backend's composition of the same ops, twice in a row (the merge hand-off
