@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_io.h"
 #include "bonsai/formats.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -22,16 +23,8 @@ class CudaBackendFixture : public ::testing::Test {
     if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
     be_ = std::make_unique<CudaBackend>(0);
   }
-  float* up(const std::vector<float>& v) {
-    float* p = be_->alloc(v.size());
-    be_->from_host(p, v.data(), v.size());
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    be_->to_host(v.data(), p, n);
-    return v;
-  }
+  float* up(const std::vector<float>& v) { return testing_util::upload(*be_, v); }
+  std::vector<float> down(const float* p, size_t n) { return testing_util::download(*be_, p, n); }
   // The backend frees what it prepared when it goes (the Weight may be gone by then).
   Weight& prep(Weight& w) {
     be_->prepare(w);
@@ -39,15 +32,7 @@ class CudaBackendFixture : public ::testing::Test {
   }
   // An F32 vector weight over host floats (norm gains, conv taps, gates); v must outlive the test.
   Weight& vec(std::vector<float>& v, int64_t k, int64_t n = 1) {
-    owned_.push_back(std::make_unique<Weight>());
-    Weight& w = *owned_.back();
-    w.name = "test vector";
-    w.type = DType::F32;
-    w.k = k;
-    w.n = n;
-    w.data = reinterpret_cast<const uint8_t*>(v.data());
-    w.nbytes = v.size() * 4;
-    return prep(w);
+    return testing_util::prepared_vector(*be_, owned_, v, k, n);
   }
   std::unique_ptr<CudaBackend> be_;
   std::vector<std::unique_ptr<Weight>> owned_;

@@ -81,16 +81,7 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
   const int64_t C = 2 * s.n_k * s.d_k + static_cast<int64_t>(s.n_v) * s.d_v, DV = s.n_v * s.d_v;
   std::vector<std::unique_ptr<Weight>> owned;
   auto vec = [&](std::vector<float>& v, int64_t k, int64_t n = 1) -> Weight& {
-    owned.push_back(std::make_unique<Weight>());
-    Weight& w = *owned.back();
-    w.name = "test vector";
-    w.type = DType::F32;
-    w.k = k;
-    w.n = n;
-    w.data = reinterpret_cast<const uint8_t*>(v.data());
-    w.nbytes = v.size() * 4;
-    be.prepare(w);
-    return w;
+    return testing_util::prepared_vector(be, owned, v, k, n);
   };
   auto up = [&](const std::vector<float>& v) { return testing_util::upload(be, v); };
   auto down = [&](const float* p, size_t n) { return testing_util::download(be, p, n); };

@@ -15,6 +15,7 @@
 #include "bonsai/formats.h"
 #include "test_util.h"
 #if BONSAI_HAVE_CUDA
+#include "cuda_backend_fixture.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm.h"
 #endif
@@ -105,23 +106,8 @@ double bound(const float* w, const float* x, int64_t k) {
   return 1.01 * b + 4e-7 * mag * (2 + k / 64.0) + 1e-30;
 }
 
-class CudaGemm : public ::testing::Test {
+class CudaGemm : public testing::CudaBackendFixture {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
-    be_ = std::make_unique<CudaBackend>(0);
-  }
-  float* up(const std::vector<float>& v) {
-    float* p = be_->alloc(v.size());
-    be_->from_host(p, v.data(), v.size());
-    return p;
-  }
-  std::vector<float> down(const float* p, size_t n) {
-    std::vector<float> v(n);
-    be_->to_host(v.data(), p, n);
-    return v;
-  }
   // Tokens with some zero 128-blocks (scale 0) and one all-zero token.
   static std::vector<float> activations(int t, int64_t k, uint32_t seed) {
     auto x = randn(static_cast<size_t>(t) * k, seed, 2.0f);
@@ -141,7 +127,6 @@ class CudaGemm : public ::testing::Test {
             << what << " token " << i << " row " << r;
       }
   }
-  std::unique_ptr<CudaBackend> be_;
 };
 
 TEST_F(CudaGemm, EveryTernaryFormatMatchesReference) {
