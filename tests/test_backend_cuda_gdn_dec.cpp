@@ -23,6 +23,7 @@
 #endif
 
 #include "backend_io.h"
+#include "gdn_site_util.h"
 #include "raw_weight.h"
 #include "test_util.h"
 
@@ -102,7 +103,7 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
   auto conv_state = randn((taps - 1) * C, 156),
        state = randn(static_cast<size_t>(s.n_v) * s.d_k * s.d_v, 157, 0.1f);
   float *dcs = up(conv_state), *dst = up(state);
-  std::vector<float> scr(C + 4 * s.n_v + 3 * DV);
+  std::vector<float> scr(testing_util::gdn_scratch_floats(s, 1));
   float* dscr = be.alloc(scr.size());
   Backend::GdnSite site;
   site.conv1d = &vec(cw, taps, C);
@@ -115,16 +116,7 @@ void run_case(CudaBackend& be, const Case& cs, const std::string& variant) {
   site.shape = s;
   site.norm_eps = 1e-6f;
   site.grouped = cs.grouped;
-  auto bind_scratch = [&](float* base) {
-    site.conv = base;
-    site.alpha = base + C;
-    site.beta_in = site.alpha + s.n_v;
-    site.g = site.beta_in + s.n_v;
-    site.beta = site.g + s.n_v;
-    site.o = site.beta + s.n_v;
-    site.normed_o = site.o + DV;
-    site.out = site.normed_o + DV;
-  };
+  auto bind_scratch = [&](float* base) { testing_util::bind_gdn_scratch(site, base, s, 1); };
   RefBackend ref_be;
   // Two steps: the second reads the conv state the first one's writers left (the counters'
   // hand-off must wrap back to zero).

@@ -37,6 +37,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_split_util.h"
+#include "gdn_site_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gdn_decode.h"
 #include "kernels/cuda/launch.h"
@@ -118,7 +119,8 @@ std::vector<Outputs> run_case(const Case& cs, bool record) {
              state_h = randn(static_cast<size_t>(DV) * gs.d_k, 77, 0.1f);
   float *conv_state = put(conv_state_h), *state = put(state_h), *signs = put(signs_h);
   float *qkv = be.alloc(static_cast<size_t>(C)), *z = be.alloc(static_cast<size_t>(DV)),
-        *xn = be.alloc(static_cast<size_t>(E)), *scr = be.alloc(static_cast<size_t>(C + 4 * gs.n_v + 3 * DV)),
+        *xn = be.alloc(static_cast<size_t>(E)),
+        *scr = be.alloc(static_cast<size_t>(testing_util::gdn_scratch_floats(gs, 1))),
         *rotated = be.alloc(static_cast<size_t>(DV)), *y = be.alloc(static_cast<size_t>(n_out));
   Backend::GdnSite site;
   site.qkv = qkv;
@@ -133,14 +135,7 @@ std::vector<Outputs> run_case(const Case& cs, bool record) {
   site.taps = taps;
   site.conv_state = conv_state;
   site.state = state;
-  site.conv = scr;
-  site.alpha = scr + C;
-  site.beta_in = site.alpha + gs.n_v;
-  site.g = site.beta_in + gs.n_v;
-  site.beta = site.g + gs.n_v;
-  site.o = site.beta + gs.n_v;
-  site.normed_o = site.o + DV;
-  site.out = site.normed_o + DV;
+  testing_util::bind_gdn_scratch(site, scr, gs, 1);
   site.shape = gs;
   site.norm_eps = 1e-6f;
   site.grouped = cs.grouped;

@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_split_util.h"
+#include "gdn_site_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gdn_decode.h"
 #include "kernels/cuda/launch.h"
@@ -288,7 +289,7 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
   float *xr = put(xr_h), *xn = put(xn_h), *conv_state = put(conv_state_h), *state = put(state_h);
   float *kc = put(kc_h), *vc = put(vc_h);
   float *qkv = be.alloc(static_cast<size_t>(C)), *z = be.alloc(static_cast<size_t>(DV)),
-        *scr = be.alloc(static_cast<size_t>(C + 4 * gs.n_v + 3 * DV));
+        *scr = be.alloc(static_cast<size_t>(testing_util::gdn_scratch_floats(gs, 1)));
   float *qf = be.alloc(static_cast<size_t>(kt) * 2 * H * D), *k = be.alloc(static_cast<size_t>(kt) * HKV * D),
         *v = be.alloc(static_cast<size_t>(kt) * HKV * D), *q = be.alloc(static_cast<size_t>(kt) * H * D),
         *qgate = be.alloc(static_cast<size_t>(kt) * H * D), *att = be.alloc(static_cast<size_t>(kt) * H * D);
@@ -305,14 +306,7 @@ TEST(CudaQkvSplit, BackendModesMatchBitwise) {
   site.taps = taps;
   site.conv_state = conv_state;
   site.state = state;
-  site.conv = scr;
-  site.alpha = scr + C;
-  site.beta_in = site.alpha + gs.n_v;
-  site.g = site.beta_in + gs.n_v;
-  site.beta = site.g + gs.n_v;
-  site.o = site.beta + gs.n_v;
-  site.normed_o = site.o + DV;
-  site.out = site.normed_o + DV;
+  testing_util::bind_gdn_scratch(site, scr, gs, 1);
   site.shape = gs;
   site.norm_eps = 1e-6f;
   site.grouped = true;

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
+#include "gdn_site_util.h"
 #include "raw_weight.h"
 #include "test_util.h"
 
@@ -174,7 +175,7 @@ TEST_F(CudaSites, GdnSiteMatchesComposedReference) {
     auto conv_state = randn((taps - 1) * C, 156),
          state = randn(static_cast<size_t>(s.n_v) * s.d_k * s.d_v, 157, 0.1f);
     float *dcs = up(conv_state), *dst = up(state);
-    std::vector<float> scr(static_cast<size_t>(t) * (C + 4 * s.n_v + 3 * DV));
+    std::vector<float> scr(testing_util::gdn_scratch_floats(s, t));
     float* dscr = be_->alloc(scr.size());
     Backend::GdnSite site;
     site.conv1d = &vec(cw, taps, C);
@@ -187,16 +188,7 @@ TEST_F(CudaSites, GdnSiteMatchesComposedReference) {
     site.shape = s;
     site.norm_eps = 1e-6f;
     site.grouped = cs.grouped;
-    auto bind_scratch = [&](float* base) {
-      site.conv = base;
-      site.alpha = base + t * C;
-      site.beta_in = site.alpha + t * s.n_v;
-      site.g = site.beta_in + t * s.n_v;
-      site.beta = site.g + t * s.n_v;
-      site.o = site.beta + t * s.n_v;
-      site.normed_o = site.o + t * DV;
-      site.out = site.normed_o + t * DV;
-    };
+    auto bind_scratch = [&](float* base) { testing_util::bind_gdn_scratch(site, base, s, t); };
     for (int step = 0; step < 2; ++step) {
       auto qkv = randn(t * C, 160 + step), z = randn(t * DV, 162 + step), xn = randn(t * cs.embd, 164 + step);
       site.qkv = up(qkv);
