@@ -70,12 +70,14 @@ TEST_F(BenchCli, CacheTypeListRunsEachType) {
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto rows = csv_rows(r.out);
   ASSERT_EQ(rows.size(), 5u) << r.out;  // header, pp3 and tg2 with f32, then with f16
-  ASSERT_EQ(rows[0].size(), 14u) << r.out;
+  ASSERT_EQ(rows[0].size(), 15u) << r.out;
   EXPECT_EQ(rows[0][12], "type_k");
   EXPECT_EQ(rows[0][13], "type_v");
+  EXPECT_EQ(rows[0][14], "main_gpu");
   const char* want[] = {"f32", "f32", "f16", "f16"};
   for (size_t i = 0; i < 4; ++i) {
-    ASSERT_EQ(rows[i + 1].size(), 14u) << r.out;
+    ASSERT_EQ(rows[i + 1].size(), 15u) << r.out;
+    EXPECT_EQ(rows[i + 1][14], "0") << r.out;
     EXPECT_EQ(rows[i + 1][12], want[i]) << r.out;
     EXPECT_EQ(rows[i + 1][13], want[i]) << r.out;
     EXPECT_GT(std::stod(rows[i + 1][8]), 0.0) << r.out;
@@ -106,6 +108,20 @@ TEST_F(BenchCli, BackendChoiceIsTheDefaultChunk) {
   const auto rows = csv_rows(csv.out);
   ASSERT_EQ(rows.size(), 2u) << csv.out;
   EXPECT_EQ(rows[1][5], "64");
+}
+
+// -mg is the run's parameter (the last csv column, json "main_gpu"); the CPU paths ignore it.
+TEST_F(BenchCli, MainGpuIsReportedAndIgnoredOnTheCpu) {
+  const CliResult r = run_bonsai("bench" + m() + "-p 0 -n 2 -r 1 -mg 3 -o csv");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto rows = csv_rows(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  ASSERT_EQ(rows[1].size(), 15u) << r.out;
+  EXPECT_EQ(rows[1][14], "3") << r.out;
+  EXPECT_EQ(rows[1][3].find("cuda"), std::string::npos) << r.out;
+  const CliResult j = run_bonsai("bench" + m() + "-p 0 -n 2 -r 1 --main-gpu 2 -o json");
+  ASSERT_EQ(j.rc, 0) << j.err;
+  EXPECT_NE(j.out.find("\"main_gpu\": 2"), std::string::npos) << j.out;
 }
 
 TEST_F(BenchCli, BadUbatchIsAUsageError) {

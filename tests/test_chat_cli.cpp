@@ -212,6 +212,10 @@ TEST_F(TextCli, UsageErrorsExit2) {
       {"run" + m() + "-ctk q4_0 -p hi", "valid: auto, f32, f16"},
       {"run" + m() + "-ctk f16 -ctv f32 -p hi", "must have the same type"},
       {"chat" + m() + "-ctk f32 -ctv f16", "-ctv/--cache-type-v is f16"},
+      {"run" + m() + "-mg -1 -p hi", "-mg/--main-gpu must be >= 0"},
+      {"chat" + m() + "--main-gpu -2", "-mg/--main-gpu must be >= 0"},
+      {"gate /nonexistent/manifest.json -mg -1", "-mg/--main-gpu must be >= 0"},
+      {"bench" + m() + "-mg -1 -p 0 -n 1 -r 1", "-mg/--main-gpu must be >= 0"},
   };
   for (const auto& [args, needle] : cases) {
     const CliResult r = run_bonsai(args);

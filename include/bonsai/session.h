@@ -21,6 +21,7 @@ struct SessionOptions {
   int n_ctx = 4096;          // context limit (positions); 0 = the model's trained context
   std::string path = "ref";  // compute path: "ref" (scalar reference); fast paths add names
   int n_threads = 0;         // 0 = physical cores
+  int main_gpu = 0;          // CUDA device (-mg) of the cuda and auto paths; the others ignore it
   std::string dump_dir;      // when set, every named activation is written as raw f32 per position
   bool profile = false;      // time every backend op (see Session::profile())
   int prefill_chunk = 0;     // tokens per batched forward in prefill(); 0 = the backend's choice
@@ -35,6 +36,11 @@ std::vector<std::string> backend_names();
 // Refuses (UsageError) a name this build would not take, listing the valid ones, so that a front end
 // can reject a typo before it loads a model of several GB.
 void check_backend_name(const std::string& path);
+// Refuses (UsageError) a CUDA device index the path could not use: negative, or, for the cuda and
+// auto paths on a machine with CUDA devices, past the last one (the message names -mg/--main-gpu and
+// the valid range); and the cuda path on a machine without a usable device (Error, with the reason).
+// Front ends call it before loading a model; Session calls it too.
+void check_main_gpu(const std::string& path, int main_gpu);
 
 // Time spent per backend op since the last clear (SessionOptions::profile).
 struct OpProfile {

@@ -156,7 +156,7 @@ float* CudaBackend::alloc(size_t n) {
   impl_->flush();
   Impl& m = *impl_;
   if (m.capturing) fail("cuda: alloc while a step is being recorded");
-  DevicePtr p = device_alloc(n * sizeof(float), "cudaMalloc (activation buffer)");
+  DevicePtr p = device_alloc(n * sizeof(float), "an activation / cache buffer");
   check(cudaMemsetAsync(p.get(), 0, std::max<size_t>(n, 1) * sizeof(float), m.stream), "cudaMemsetAsync");
   auto* f = static_cast<float*>(p.get());
   m.buffers.emplace(f, std::move(p));
@@ -248,7 +248,7 @@ DeviceWeight* CudaBackend::Impl::upload(const Weight& w) {
   d->row_bytes = w.row_stride();
   const size_t bytes =
       d->tiled ? static_cast<size_t>(cuda::tiled_bytes(w.n, w.k, d->groups)) : d->row_bytes * w.n;
-  d->mem = device_alloc(bytes, "cudaMalloc (weight)");
+  d->mem = device_alloc(bytes, fmt::format("weight '{}'", w.name));
   upload_rows(w, *d);
   weight_bytes += bytes;
   if (weight_bytes >> 30 > reported_gb) {
@@ -268,7 +268,7 @@ void CudaBackend::Impl::upload_rows(const Weight& w, DeviceWeight& d) {
     void* h = nullptr;
     check(cudaMallocHost(&h, kStagingBytes), "cudaMallocHost (upload staging)");
     pinned[s].reset(h);
-    raw_slot[s] = device_alloc(kStagingBytes, "cudaMalloc (upload staging)");
+    raw_slot[s] = device_alloc(kStagingBytes, "the upload staging");
     check(cudaEventCreateWithFlags(&slot_free[s], cudaEventDisableTiming), "cudaEventCreate");
   }
   const bool ptq1 = w.type == DType::PTQ1_0;

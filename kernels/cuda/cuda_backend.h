@@ -20,7 +20,10 @@ int cuda_device_count(std::string* why = nullptr);
 
 class CudaBackend : public Backend {
  public:
-  explicit CudaBackend(int device = 0);  // throws bonsai::Error when the device is unusable
+  // Throws bonsai::Error when the device is unusable. Makes `device` the calling thread's current
+  // device: the backend's calls run on the current device, so use it from that thread (or from one
+  // whose current device is the same).
+  explicit CudaBackend(int device = 0);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -8,6 +8,8 @@
 #include <array>
 #include <climits>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "bonsai/error.h"
@@ -37,9 +39,24 @@ struct HostFree {
 using DevicePtr = std::unique_ptr<void, DeviceFree>;
 using PinnedPtr = std::unique_ptr<void, HostFree>;
 
-inline DevicePtr device_alloc(size_t bytes, const char* what) {
+// what: the allocation's purpose, for the error. Out of device memory, the error says how much was
+// asked for and how much the device had free, in GiB (the caller may add what to do about it: the
+// KV cache's names -c and -ctk, src/model/graph.cpp).
+inline DevicePtr device_alloc(size_t bytes, std::string_view what) {
   void* p = nullptr;
-  check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), what);
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky; clear it so that the next call's check does not report it
+    size_t free_b = 0, total_b = 0;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaMemGetInfo(&free_b, &total_b);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    fail("cuda: out of device memory: {} needs {:.2f} GiB, device {} has {:.2f} GiB free of {:.2f} GiB", what,
+         static_cast<double>(bytes) / gib, dev, static_cast<double>(free_b) / gib,
+         static_cast<double>(total_b) / gib);
+  }
+  check(e, std::string(what).c_str());
   return DevicePtr(p);
 }
 

@@ -107,6 +107,7 @@ GateCaseResult run_case(const GateOptions& o, const Case& c, const Model& model)
   SessionOptions so;
   so.path = o.path;
   so.n_threads = o.n_threads;
+  so.main_gpu = o.main_gpu;
   so.kv_type = o.kv_type;
   so.n_ctx = std::max(T + 1, 16);
   if (!o.dump_activations_dir.empty()) {

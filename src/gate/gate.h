@@ -23,6 +23,7 @@ struct GateOptions {
   std::string path = "ref";        // compute path (Session path)
   GateCriteria criteria = GateCriteria::Strict;
   int n_threads = 0;
+  int main_gpu = 0;               // CUDA device of the cuda and auto paths (-mg)
   bool prefill = false;           // prompt positions via Session::prefill
   std::optional<KvType> kv_type;  // KV cache element type (-ctk / -ctv); none: the backend's default
   std::string dump_logits_dir;    // teacher-forced logits per case, fixture format

@@ -38,7 +38,7 @@ struct Session::Impl {
     if (o.prefill_chunk < 0 || o.prefill_chunk > 4096)
       usage_fail("prefill chunk must be in [1, 4096], or 0 for the backend's choice (got {})",
                  o.prefill_chunk);
-    backend = create_backend(o.path, o.n_threads);
+    backend = create_backend(o.path, o.n_threads, o.main_gpu);
     // 0: the backend's preference (a GPU amortises each weight pass over more tokens), else 64
     chunk = o.prefill_chunk > 0 ? o.prefill_chunk : backend->preferred_prefill_chunk();
     if (chunk <= 0) chunk = 64;

@@ -36,6 +36,7 @@ struct BenchCli {
   std::vector<int> threads;
   std::vector<int> ubatch{0};  // prompt tokens per batched forward step; 0 = the backend's choice
   std::vector<std::string> paths{"auto"};
+  int main_gpu = 0;                                   // -mg: CUDA device of the cuda and auto paths
   std::vector<std::string> cache_k{"auto"}, cache_v;  // -ctk / -ctv; -ctv defaults to -ctk's list
   std::string output = "md";
   bool no_bandwidth = false;
@@ -85,7 +86,10 @@ std::string human_params(uint64_t n) {
 
 void run(const BenchCli& o) {
   if (o.reps < 1) usage_fail("-r/--repetitions must be >= 1 (got {})", o.reps);
-  for (const auto& p : o.paths) check_backend_name(p);
+  for (const auto& p : o.paths) {
+    check_backend_name(p);
+    check_main_gpu(p, o.main_gpu);
+  }
   for (int p : o.n_prompt)
     if (p < 0) usage_fail("-p/--n-prompt values must be >= 0 (got {})", p);
   for (int n : o.n_gen)
@@ -153,6 +157,7 @@ void run(const BenchCli& o) {
             SessionOptions so;
             so.path = p;
             so.n_threads = nt;
+            so.main_gpu = o.main_gpu;
             // Room for the deepest context and the longest test (+ 1 spare position, as before -d existed,
             // unless that one would pass the model's trained context).
             const int64_t need = static_cast<int64_t>(max_depth) + max_n;
@@ -241,6 +246,7 @@ void run(const BenchCli& o) {
                               {"params", r.params},
                               {"backend", r.path},
                               {"threads", r.threads},
+                              {"main_gpu", o.main_gpu},
                               {"n_ubatch", r.ubatch},
                               {"type_k", kv_type_name(r.kv)},
                               {"type_v", kv_type_name(r.kv)},
@@ -254,14 +260,14 @@ void run(const BenchCli& o) {
     return;
   }
   if (o.output == "csv") {
-    // type_k / type_v last: the columns before them keep the places they had before -ctk existed
+    // type_k / type_v, then main_gpu, last: the columns before them keep the places they had before
     fmt::print(
         "model,size,params,backend,threads,n_ubatch,test,n_depth,ts_mean,ts_std,weight_gbs,bandwidth_"
-        "fraction,type_k,type_v\n");
+        "fraction,type_k,type_v,main_gpu\n");
     for (const auto& r : rows)
-      fmt::print("{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{},{}\n", r.model, r.size, r.params,
+      fmt::print("{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{}\n", r.model, r.size, r.params,
                  r.path, r.threads, r.ubatch, r.test, r.depth, r.mean, r.std, r.weight_gbs, r.bw_frac,
-                 kv_type_name(r.kv), kv_type_name(r.kv));
+                 kv_type_name(r.kv), kv_type_name(r.kv), o.main_gpu);
     return;
   }
   if (bw > 0) fmt::print("read bandwidth (measured in this run): {:.2f} GB/s\n\n", bw / 1e9);
@@ -326,6 +332,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--path,--backend", o->paths, "Compute paths: auto, fast/cpu, fast-int8, cuda, ref")
       ->delimiter(',')
       ->capture_default_str();
+  add_main_gpu_option(cmd, o->main_gpu);
   cmd->add_option(
          "--cache-type-k", o->cache_k,
          "KV cache types, also -ctk; comma-separated: auto (f16 on cuda, f32 on ref and the CPU paths), "

@@ -20,6 +20,7 @@ struct GateCli {
 void run(GateCli& g) {
   GateOptions& o = g.o;
   check_backend_name(o.path);
+  check_main_gpu(o.path, o.main_gpu);
   o.kv_type = parse_kv_types(g.cache_type_k, g.cache_type_v);
   // An f16 cache rounds every K/V element: a fast path's criteria even on the reference's arithmetic.
   if (g.criteria == "auto")
@@ -101,6 +102,7 @@ void add_gate(CLI::App& app) {
          "--path,--backend", g->o.path,
          "Compute path: ref (scalar reference), fast/cpu (CPU kernels, faithful), fast-int8, cuda, auto")
       ->capture_default_str();
+  add_main_gpu_option(cmd, g->o.main_gpu);
   add_cache_type_options(cmd, g->cache_type_k, g->cache_type_v);
   cmd->add_option("--criteria", g->criteria,
                   "auto (strict for ref with an f32 cache, fast otherwise), strict or fast")

@@ -18,6 +18,9 @@ void add_tokenize(CLI::App& app);
 void add_run(CLI::App& app);
 void add_chat(CLI::App& app);
 
+// --main-gpu (also -mg, renamed in main.cpp): the CUDA device index (SessionOptions::main_gpu),
+// checked with check_main_gpu (bonsai/session.h) before a model loads.
+void add_main_gpu_option(CLI::App* cmd, int& main_gpu);
 // --cache-type-k / --cache-type-v (also -ctk / -ctv, renamed in main.cpp), llama.cpp's KV cache flags.
 void add_cache_type_options(CLI::App* cmd, std::string& k, std::string& v);
 // The one type both name (UsageError for an unknown name, or for a mixed pair: the kernels take one

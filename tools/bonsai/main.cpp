@@ -29,10 +29,10 @@ int main(int argc, char** argv) {
   bonsai::cli::add_run(app);
   bonsai::cli::add_chat(app);
   try {
-    // llama.cpp spells --system-prompt "-sys", --ubatch-size "-ub" and the KV cache types
-    // "-ctk" / "-ctv"; CLI11 has no multi-letter single-dash options, so they are renamed here.
+    // llama.cpp spells --system-prompt "-sys", --ubatch-size "-ub", the KV cache types "-ctk" /
+    // "-ctv" and --main-gpu "-mg"; CLI11 has no multi-letter single-dash options, so they are renamed here.
     std::string sys_long = "--system-prompt", ub_long = "--ubatch-size", ctk_long = "--cache-type-k",
-                ctv_long = "--cache-type-v";
+                ctv_long = "--cache-type-v", mg_long = "--main-gpu";
     std::vector<char*> args(argv, argv + argc);
     for (auto& a : args)
       if (std::string_view(a) == "-sys")
@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
         a = ctk_long.data();
       else if (std::string_view(a) == "-ctv")
         a = ctv_long.data();
+      else if (std::string_view(a) == "-mg")
+        a = mg_long.data();
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / the parse error

@@ -27,6 +27,7 @@ void TextOptions::validate() {
     usage_fail("-ub/--ubatch-size must be in [1, 4096], or 0 for the backend's choice, got {}", n_ubatch);
   if (seed < -1) usage_fail("-s/--seed must be >= 0, or -1 for a random seed, got {}", seed);
   check_backend_name(path);
+  check_main_gpu(path, main_gpu);
   kv_type = parse_kv_types(cache_type_k, cache_type_v);
   if (reasoning != "on" && reasoning != "off")
     usage_fail("--reasoning must be on or off, got '{}'", reasoning);
@@ -51,6 +52,7 @@ void add_text_options(CLI::App* cmd, TextOptions& o) {
          "Compute path: auto (cuda when a device exists, else fast), fast/cpu (CPU kernels, faithful), "
          "fast-int8, cuda, ref (scalar reference)")
       ->capture_default_str();
+  add_main_gpu_option(cmd, o.main_gpu);
   add_cache_type_options(cmd, o.cache_type_k, o.cache_type_v);
   cmd->add_option("-s,--seed", o.seed, "Sampling seed (-1: random)")->capture_default_str();
   auto* g = "Sampling";
@@ -117,6 +119,7 @@ SessionOptions session_options(const TextOptions& o) {
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_threads = o.n_threads;
+  so.main_gpu = o.main_gpu;
   so.prefill_chunk = o.n_ubatch;
   so.path = o.path;
   so.kv_type = o.kv_type;

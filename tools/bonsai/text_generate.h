@@ -28,6 +28,7 @@ struct TextOptions {
   int n_predict = -1;  // -n: -1 = until a stop token or the context is full
   int n_ctx = 4096;    // -c: 0 = the model's trained context
   int n_threads = 0;   // -t: 0 = physical cores
+  int main_gpu = 0;    // -mg: CUDA device of the cuda and auto paths
   int n_ubatch = 0;    // -ub: tokens per batched prefill step; 0 = the backend's choice
   std::string path = "auto";
   std::string cache_type_k = "auto", cache_type_v = "auto";  // -ctk / -ctv
